@@ -1,0 +1,201 @@
+"""The Python API: from any input (flags, a file, a mapping) to an estimate.
+
+::
+
+    import megatron_estimator as me
+    result = me.estimate(["--num-layers", "32", ...], world_size=8, budget="80GiB")
+    result.fits, result.peak_stage.device_peak_bytes, result.stages, result.assumptions
+
+Invalid input raises ``megatron_estimator.InvalidInput`` carrying every problem.  The CLI,
+the pytest plugin and the planner are built on ``load_input`` and ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import InvalidInput, Problem, ProblemCollector
+from .rawargs import RawArgs, RawSetting
+from .results import Estimate, Verdict
+
+
+@dataclass(frozen=True)
+class TrainingInput:
+    """An input read into raw Megatron settings, with the world size it implies."""
+    raw: RawArgs
+    source: str
+    world_size: int | None = None
+    world_size_source: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
+    notes: tuple[str, ...] = ()
+
+
+def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(extra)
+    return env
+
+
+def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
+                     locations: Sequence[str] | None = None, source: str = "command line"
+                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
+    from .flags import parse_megatron_argv
+    from .loaders.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml, yaml_cfg_path
+
+    yaml_path = yaml_cfg_path(argv)
+    if yaml_path is not None:
+        env = _environment(environ, {})
+        loaded = load_megatron_yaml(yaml_path, env)
+        ignored = flags_ignored_by_yaml_cfg(argv)
+        notes = ()
+        if ignored:
+            notes = (f"--yaml-cfg {yaml_path} replaces the command line: Megatron ignores "
+                     + ", ".join(ignored),)
+        return TrainingInput(loaded.raw, source=f"{source} (--yaml-cfg {yaml_path})", notes=notes), tuple(loaded.problems)
+    raw, problems = parse_megatron_argv(list(argv), locations=list(locations) if locations else None, source=source)
+    return TrainingInput(raw, source=source), tuple(problems)
+
+
+def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
+                      ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+    """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
+    from .launch import parse_launch_command
+
+    env = dict(os.environ if environ is None else environ)
+    command, problems = parse_launch_command(list(argv), env)
+    if command.script is None:
+        return TrainingInput(RawArgs(), source="launch command"), tuple(problems), command
+    inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
+                                          locations=command.megatron_locations, source=command.script)
+    inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
+                  environment=command.environment_dict)
+    return inp, tuple(problems) + flag_problems, command
+
+
+def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping") -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values."""
+    from .flags import closest_flags, flag_table
+
+    table = flag_table()
+    problems = ProblemCollector()
+    out: dict[str, RawSetting] = {}
+    for key, value in settings.items():
+        spec = table.by_option(key) if str(key).startswith("-") else table.by_dest(str(key))
+        if spec is None:
+            option = key if str(key).startswith("-") else "--" + str(key).replace("_", "-")
+            hint = closest_flags(option)
+            problems.add("unknown-flag", str(key), f"unknown Megatron setting {key!r}"
+                         + (f"; did you mean {', '.join(hint)}?" if hint else ""))
+            continue
+        if spec.action == "store_false" and str(key).startswith("-") and isinstance(value, bool):
+            value = not value  # '--no-x': True means the dest is False
+        out[spec.dest] = RawSetting(spec.dest, value, f"{source}[{key!r}]")
+    return TrainingInput(RawArgs(out, source=source), source=source), problems.problems
+
+
+def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None
+                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json."""
+    from .loaders.detect import detect_format
+
+    name = str(path)
+    if not Path(path).exists():
+        return TrainingInput(RawArgs(), source=name), (Problem("file-not-found", name, "no such file"),)
+    kind = detect_format(path)
+    env = dict(os.environ if environ is None else environ)
+    if kind == "seed-yaml":
+        from .loaders.seed_yaml import load_seed_yaml
+
+        loaded = load_seed_yaml(path)
+        return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
+                              world_size_source=f"world_size in {loaded.world_size_location}"
+                              if loaded.world_size is not None else None),
+                tuple(loaded.problems))
+    if kind == "megatron-yaml":
+        from .loaders.megatron_yaml import load_megatron_yaml
+
+        loaded = load_megatron_yaml(path, env)
+        return TrainingInput(loaded.raw, source=name), tuple(loaded.problems)
+    if kind == "shell":
+        from .loaders.shell import load_launch_script
+
+        script, problems = load_launch_script(path, env)
+        if script is None or script.command is None or script.command.script is None:
+            return TrainingInput(RawArgs(), source=name), tuple(problems)
+        run_env = _environment(env, script.environment_dict)
+        inp, flag_problems = input_from_flags(script.command.megatron_argv, environ=run_env,
+                                              locations=script.command.megatron_locations, source=name)
+        return (replace(inp, world_size=script.world_size, world_size_source=script.world_size_source,
+                        environment=script.environment_dict),
+                tuple(problems) + flag_problems)
+    if kind == "hf-config":
+        from .hf import load_hf_config
+
+        loaded = load_hf_config(path)
+        return TrainingInput(loaded.raw, source=name, notes=tuple(
+            f"{hf_key} -> {flag} {value}" for hf_key, flag, value in loaded.mapping)), tuple(loaded.problems)
+    return TrainingInput(RawArgs(), source=name), (
+        Problem("unknown-format", name, "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch "
+                "script or a HuggingFace config.json"),)
+
+
+def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
+             budget: int | None = None, budget_source: str | None = None, overheads=None,
+             environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = ()) -> Verdict:
+    """Validate and estimate one input; never raises for bad input (the verdict holds the problems)."""
+    from .memory.model import estimate as estimate_memory
+    from .memory.overhead import Overheads
+    from .resolve import resolve_config
+
+    if problems:
+        return Verdict(inp.source, problems=tuple(problems))
+    env = _environment(environ, inp.environment)
+    if world_size is None:
+        world_size, world_size_source = inp.world_size, inp.world_size_source
+    try:
+        config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
+                                environ=env)
+    except InvalidInput as err:
+        return Verdict(inp.source, problems=err.problems)
+    if inp.notes:
+        config = replace(config, notes=config.notes + inp.notes)
+    result = estimate_memory(config, budget=budget, budget_source=budget_source,
+                             overheads=overheads or Overheads(), environ=env)
+    return Verdict(inp.source, estimate=result)
+
+
+def load_input(config: Any, *, environ: Mapping[str, str] | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    if isinstance(config, (str, os.PathLike)) and not str(config).startswith("-"):
+        return input_from_file(config, environ=environ)
+    if isinstance(config, Mapping):
+        return input_from_mapping(config)
+    if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
+        return input_from_flags([str(x) for x in config], environ=environ)
+    raise TypeError(f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")
+
+
+def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
+             environ: Mapping[str, str] | None = None, overheads=None) -> Estimate:
+    """Estimate per-stage memory; raises InvalidInput with every problem found."""
+    budget_bytes, budget_source = _budget(budget)
+    inp, problems = load_input(config, environ=environ)
+    verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
+                       budget=budget_bytes, budget_source=budget_source, overheads=overheads,
+                       environ=environ, problems=problems)
+    if verdict.estimate is None:
+        raise InvalidInput(verdict.problems)
+    return verdict.estimate
+
+
+def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
+    if budget is None:
+        return None, None
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        return budget, f"{budget} bytes"
+    from .gpus import parse_bytes
+
+    return parse_bytes(str(budget), location="budget"), f"budget {budget}"

@@ -1,0 +1,263 @@
+"""The command line: ``megatron-estimator estimate | run | check | plan``.
+
+The only module that prints and chooses an exit code: 0 every stage fits (or no budget was
+given), 1 a stage exceeds the budget, 2 invalid input or usage.  Heavy modules are imported
+inside the command that needs them, so ``--version`` and ``run`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from . import __version__
+
+EXIT_FITS, EXIT_OVER_BUDGET, EXIT_INVALID = 0, 1, 2
+
+DESCRIPTION = "Will this Megatron-LM configuration fit in GPU memory on every pipeline stage?"
+
+EPILOG = """\
+exit codes: 0 every stage fits (or no budget given), 1 a stage is over budget,
+2 invalid input or usage.
+
+examples:
+  megatron-estimator estimate --world-size 64 --budget 80GiB -- --num-layers 80 ...
+  megatron-estimator run --budget 80GiB -- torchrun --nproc-per-node 8 pretrain_gpt.py ...
+  megatron-estimator check train.yaml launch.sh
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2 with usage; keep that, without a traceback
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_INVALID)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("budget and report")
+    group.add_argument("--budget", metavar="SIZE",
+                       help="GPU memory per device: 80GiB, 80GB, 81920MiB, or a number of GiB")
+    group.add_argument("--gpu", metavar="NAME",
+                       help="take the budget from a known GPU (h100, a100-80gb, h200, b200, mi300x, ...)")
+    group.add_argument("--format", choices=("text", "json", "markdown"), help="report format (default text)")
+    group.add_argument("--world-size", type=int, metavar="N",
+                       help="world size; overrides the launcher, WORLD_SIZE and config files")
+    over = parser.add_argument_group("overhead assumptions (outside the allocator)")
+    over.add_argument("--cuda-context", metavar="SIZE", help="CUDA context per GPU (default 512MiB)")
+    over.add_argument("--nccl-buffers", metavar="SIZE", help="NCCL buffers per communicator (default 512MiB)")
+    over.add_argument("--fragmentation", type=float, metavar="FRACTION",
+                      help="allocator fragmentation as a fraction of allocated memory (default 0.05)")
+    over.add_argument("--routing-imbalance", type=float, metavar="FRACTION",
+                      help="MoE: extra share of tokens a hot expert rank receives (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="megatron-estimator", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"megatron-estimator {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("estimate", help="estimate per-stage memory for Megatron flags",
+                       description="Estimate per-stage GPU memory for Megatron flags given after '--'.",
+                       allow_abbrev=False)
+    _common(p)
+    p.add_argument("megatron_args", nargs=argparse.REMAINDER, metavar="-- MEGATRON_FLAGS")
+
+    p = sub.add_parser("run", help="check a launch command, then run it unchanged if it fits",
+                       description="Estimate memory for the launch command after '--'; when every stage "
+                                   "fits, replace this process with the command (same argv, same "
+                                   "environment). Otherwise print the report to stderr and exit 1.",
+                       allow_abbrev=False)
+    _common(p)
+    p.add_argument("--warn-only", action="store_true", default=None,
+                   help="launch even when over budget or invalid (the report goes to stderr)")
+    p.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH_COMMAND")
+
+    p = sub.add_parser("check", help="validate and estimate config files and launch scripts",
+                       description="Validate and estimate each file (seed YAML, Megatron --yaml-cfg YAML, "
+                                   "launch/sbatch script, HuggingFace config.json); all files are checked; "
+                                   "the exit code is the worst verdict.",
+                       allow_abbrev=False)
+    _common(p)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    return parser
+
+
+def _strip_separator(args: Sequence[str]) -> list[str]:
+    args = list(args)
+    if args and args[0] == "--":
+        args = args[1:]
+    return args
+
+
+def _emit(text: str, stream) -> None:
+    stream.write(text)
+    stream.flush()
+
+
+def _options(ns: argparse.Namespace, environ):
+    """Settings from the command line, MEGATRON_ESTIMATOR_* variables and config files."""
+    from .settings import load_settings
+
+    cli_values = {
+        "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
+        "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
+        "routing-imbalance": ns.routing_imbalance, "warn-only": getattr(ns, "warn_only", None),
+    }
+    return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
+
+
+def _overheads(settings):
+    from .memory.overhead import Overheads
+
+    gpu = settings.gpu
+    return Overheads(
+        cuda_context_bytes=settings.cuda_context,
+        nccl_bytes_per_communicator=settings.nccl_buffers,
+        fragmentation=settings.fragmentation,
+        routing_imbalance=settings.routing_imbalance,
+        compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
+    )
+
+
+def _estimate_options(settings) -> dict:
+    """The budget (with where it came from) and the overhead assumptions for ``api.evaluate``."""
+    budget = settings.budget
+    return {
+        "budget": budget,
+        "budget_source": settings.source("budget") if budget is not None else None,
+        "overheads": _overheads(settings),
+    }
+
+
+def _render(verdicts, fmt: str) -> str:
+    from .report import RENDERERS
+
+    return RENDERERS[fmt](verdicts)
+
+
+def _invalid(problems, fmt: str, source: str = "megatron-estimator") -> tuple[str, int]:
+    from .results import Verdict
+
+    return _render([Verdict(source, problems=tuple(problems))], fmt), EXIT_INVALID
+
+
+def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
+    from .errors import Problem
+
+    raw = environ.get("WORLD_SIZE")
+    if raw is None:
+        return None, None, []
+    try:
+        value = int(raw)
+        if value < 1:
+            raise ValueError
+    except ValueError:
+        return None, None, [Problem("invalid-world-size", "WORLD_SIZE", f"WORLD_SIZE={raw!r} is not a positive integer")]
+    return value, f"WORLD_SIZE={value} in the environment", []
+
+
+def cmd_estimate(ns, environ) -> int:
+    from .api import evaluate, input_from_flags
+
+    settings, problems = _options(ns, environ)
+    fmt = settings.format
+    if problems:
+        text, code = _invalid(problems, fmt)
+        _emit(text, sys.stdout)
+        return code
+    args = _strip_separator(ns.megatron_args)
+    if not args:
+        raise UsageError("give Megatron flags after '--', e.g. estimate -- --num-layers 32 ...")
+    inp, problems = input_from_flags(args, environ=environ)
+    world, world_source = ns.world_size, "--world-size" if ns.world_size else None
+    if world is None:
+        world, world_source, env_problems = _world_size_from_env(environ)
+        problems = tuple(problems) + tuple(env_problems)
+    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ, problems=problems, **_estimate_options(settings))
+    _emit(_render([verdict], fmt), sys.stdout)
+    return verdict.exit_code
+
+
+def cmd_run(ns, environ) -> int:
+    from .api import evaluate, input_from_launch
+    from .launch import exec_launch, resolve_world_size, unknown_world_size_problem
+
+    settings, problems = _options(ns, environ)
+    fmt = settings.format
+    argv = _strip_separator(ns.launch)
+    if not argv:
+        raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
+    if problems:
+        text, code = _invalid(problems, fmt)
+        _emit(text, sys.stderr)
+        return code
+    inp, problems, command = input_from_launch(argv, environ=environ)
+    world, world_source = resolve_world_size(command, ns.world_size)
+    if world is None and command.script is not None and not problems:
+        problems = tuple(problems) + (unknown_world_size_problem(command),)
+    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ, problems=problems, **_estimate_options(settings))
+    warn_only = settings.warn_only
+    if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
+        exec_launch(command)
+    _emit(_render([verdict], fmt), sys.stderr)
+    if warn_only and command.script is not None:
+        sys.stderr.write("megatron-estimator: --warn-only: launching anyway\n")
+        sys.stderr.flush()
+        exec_launch(command)
+    return verdict.exit_code
+
+
+def cmd_check(ns, environ) -> int:
+    from .api import evaluate, input_from_file
+
+    settings, problems = _options(ns, environ)
+    fmt = settings.format
+    if problems:
+        text, code = _invalid(problems, fmt)
+        _emit(text, sys.stdout)
+        return code
+    verdicts = []
+    for path in ns.files:
+        inp, file_problems = input_from_file(path, environ=environ)
+        world, world_source = (ns.world_size, "--world-size") if ns.world_size else (None, None)
+        verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
+                                 environ=environ, problems=file_problems, **_estimate_options(settings)))
+    _emit(_render(verdicts, fmt), sys.stdout)
+    return max(v.exit_code for v in verdicts)
+
+
+COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
+    try:
+        return COMMANDS[ns.command](ns, os.environ)
+    except UsageError as err:
+        sys.stderr.write(f"megatron-estimator {ns.command}: error: {err}\n")
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # a bug in the estimator: say so plainly, traceback on request
+        if os.environ.get("MEGATRON_ESTIMATOR_DEBUG"):
+            raise
+        sys.stderr.write(f"megatron-estimator: internal error: {type(err).__name__}: {err}\n"
+                         "(a bug in megatron-estimator; set MEGATRON_ESTIMATOR_DEBUG=1 for the traceback)\n")
+        return EXIT_INVALID
+
+
+def entry_point() -> None:
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Readers of launch inputs other than a plain command line (launch scripts, ...)."""

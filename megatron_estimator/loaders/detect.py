@@ -1,0 +1,79 @@
+"""Which input format a file is, from its name and its first lines; never imports yaml.
+
+- ``shell``: a ``.sh``/``.bash``/``.slurm``/``.sbatch`` name, a ``#!`` line naming a shell, a
+  ``#SBATCH`` line, or (when no YAML key is found) a line starting ``torchrun``, ``srun``,
+  ``mpirun`` or ``python``.
+- ``hf-config``: JSON (``.json``, or text starting with ``{``) whose top-level object has
+  ``model_type`` or ``architectures``; also a directory holding such a ``config.json``.
+- ``megatron-yaml``: a top-level ``language_model:`` or ``model_parallel:`` key (Megatron's
+  ``--yaml-cfg`` format).
+- ``seed-yaml``: a top-level ``model:`` or ``parallelism:`` key (the seed guide's format).
+- ``unknown``: anything else, including a file that cannot be read, or one with the keys of both
+  YAML formats.
+
+Top-level YAML keys are found by a line scan (a key at column 0), so a file with a YAML
+syntax error is still routed to its loader, which then reports the error with its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+Format = Literal["seed-yaml", "megatron-yaml", "shell", "hf-config", "unknown"]
+
+_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
+_SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
+_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", re.MULTILINE)
+_LAUNCH_LINE = re.compile(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", re.MULTILINE)
+_SEED_KEYS = {"model", "parallelism"}
+_MEGATRON_KEYS = {"language_model", "model_parallel"}
+_HEAD_BYTES = 256 * 1024
+_JSON_BYTES = 4 * 1024 * 1024
+
+
+def detect_format(path: str | Path) -> Format:
+    path = Path(path)
+    if path.is_dir():
+        return "hf-config" if _is_hf_config(path / "config.json") else "unknown"
+    if path.suffix.lower() in _SHELL_SUFFIXES:
+        return "shell"
+    head = _read_head(path, _HEAD_BYTES)
+    if head is None:
+        return "unknown"
+    first_line = head.split("\n", 1)[0]
+    if _SHEBANG_SHELL.match(first_line) or re.search(r"^#SBATCH\b", head, re.MULTILINE):
+        return "shell"
+    if path.suffix.lower() == ".json" or head.lstrip().startswith("{"):
+        return "hf-config" if _is_hf_config(path) else "unknown"
+    keys = set(_TOP_LEVEL_KEY.findall(head))
+    megatron, seed = bool(keys & _MEGATRON_KEYS), bool(keys & _SEED_KEYS)
+    if megatron and not seed:
+        return "megatron-yaml"
+    if seed and not megatron:
+        return "seed-yaml"
+    if not keys and _LAUNCH_LINE.search(head):
+        return "shell"
+    return "unknown"
+
+
+def _read_head(path: Path, size: int) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(size)
+    except OSError:
+        return None
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _is_hf_config(path: Path) -> bool:
+    text = _read_head(path, _JSON_BYTES)
+    if text is None:
+        return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and ("model_type" in data or "architectures" in data)

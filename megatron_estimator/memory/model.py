@@ -1,0 +1,270 @@
+"""The per-stage estimate: model states + activations in flight + transients at the peak.
+
+Pure arithmetic over the validated configuration.  For each pipeline rank:
+1. the parameter tensors of its model chunks (``parameters``) give the model states
+   (``states``);
+2. each chunk's activations per microbatch (``activations``), with recomputation applied
+   the way megatron/core/transformer/transformer_block.py ``_checkpointed_forward`` groups
+   layers, times the microbatches the schedule keeps alive (``layout.microbatches_in_flight``);
+3. the peak adds what is transient at the fullest moment: the loss's logits casts on the
+   last stage, one recompute group re-materialized during its backward, a layer's backward
+   working set, and the framework's workspaces and the current microbatch's batch tensors;
+4. the device peak adds what the allocator does not see (``overhead``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..config import EstimatorConfig
+from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
+from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
+from . import activations as act
+from .overhead import Overheads, communicators, cublas_workspace_bytes, te_workspace_bytes
+from .parameters import chunk_tensors, count
+from .states import DTYPE_BYTES, model_states
+
+MiB = 1 << 20
+
+
+def _act_bytes(config: EstimatorConfig) -> int:
+    return 2 if config.precision.params_dtype != "fp32" else 4
+
+
+def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    """(checkpointed groups, layers kept whole) for one model chunk under full recompute."""
+    tr = config.training
+    if tr.recompute_granularity != "full" or not layers:
+        return [], layers
+    n = tr.recompute_num_layers or 1
+    if tr.recompute_method == "uniform":
+        return [layers[i:i + n] for i in range(0, len(layers), n)], ()
+    # block: the first n layers of each chunk are checkpointed one by one.
+    return [(i,) for i in layers[:n]], layers[n:]
+
+
+def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk) -> tuple[int, int]:
+    """(bytes one microbatch keeps alive in this chunk, largest recompute re-materialization)."""
+    groups, whole = _recompute_groups(config, chunk.layers)
+    kept = sum(act.layer_activations(config, i).total for i in whole)
+    kept += len(groups) * act.layer_input_bytes(config)
+    recompute_peak = 0
+    for group in groups:
+        rematerialized = sum(act.layer_activations(config, i).total for i in group)
+        recompute_peak = max(recompute_peak, rematerialized)
+    if chunk.pre_process:
+        kept += act.embedding_activations(config)
+    if chunk.post_process:
+        kept += act.loss_activations(config)[0]
+    kept += chunk.mtp_layers * act.mtp_layer_activations(config)
+    return kept, recompute_peak
+
+
+def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]) -> int:
+    """Gradient buffers alive while one layer runs backward: the widest output gradient
+    (fc1's, or the attention probabilities' with unfused attention) and the incoming and
+    outgoing [s, b, h] gradients."""
+    if not layers:
+        return 0
+    m = config.model
+    p, tr = config.parallel, config.training
+    s, b, t = tr.seq_length // p.cp, tr.micro_batch_size, p.tp
+    nbytes = _act_bytes(config)
+    fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
+    widest = nbytes * s * b * fc1 // t
+    if config.kernels.attention_backend not in ("flash", "fused"):
+        widest = max(widest, 2 * nbytes * b * (m.num_attention_heads // t) * s * s)
+    return widest + 2 * nbytes * s * b * m.hidden_size
+
+
+def _loss_transient(config: EstimatorConfig) -> int:
+    """Transient bytes at the loss on the last stage, beyond what the microbatch keeps."""
+    m, p, tr = config.model, config.parallel, config.training
+    logits = tr.seq_length // p.cp * tr.micro_batch_size * m.padded_vocab_size // p.tp
+    transient = act.loss_activations(config)[1]
+    if tr.cross_entropy_loss_fusion:
+        # megatron/core/fusions/fused_cross_entropy.py runs its steps under torch.compile
+        # (megatron/core/jit.py jit_fuser): the unfused path's in-place subtract / exp / divide
+        # on the fp32 logits become functional kernels whose results are written back, so up
+        # to two more fp32 [s, b, V/t] buffers are alive at once (how many depends on the
+        # compiler's buffer reuse; the bound is taken).
+        transient += 8 * logits
+    if not config.kernels.gradient_accumulation_fusion:
+        # The output layer's weight gradient is materialized in the param dtype before it is
+        # added to main_grad (megatron/core/tensor_parallel/layers.py without fusion).
+        weight_grad = _act_bytes(config) * m.padded_vocab_size // p.tp * m.hidden_size
+        transient = max(transient, weight_grad - 2 * logits)
+    return transient
+
+
+def _batch_bytes(config: EstimatorConfig) -> int:
+    """The microbatch on a first or last stage: tokens, labels, position ids (int64), loss mask
+    (fp32) and, with --create-attention-mask-in-dataloader (Megatron's default), a bool
+    [b, 1, s, s] causal mask (megatron/core/datasets/gpt_dataset.py)."""
+    tr = config.training
+    s, b = tr.seq_length // config.parallel.cp, tr.micro_batch_size
+    total = 3 * 8 * s * b + 4 * s * b
+    if config.namespace.get("create_attention_mask_in_dataloader", True):
+        total += b * s * tr.seq_length
+    return total
+
+
+def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
+                   environ: Mapping[str, str], budget: int | None) -> StageEstimate:
+    p = config.parallel
+    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    params = sum(count(t).total for t in tensors)
+    states = model_states(config, tensors)
+
+    per_chunk = [chunk_activation_bytes(config, chunk) for chunk in stage.chunks]
+    weights = tuple(kept for kept, _ in per_chunk)
+    inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
+                                      config.split.microbatch_group_size, weights)
+    activations = sum(n * kept for n, (kept, _) in zip(inflight.chunk_microbatches, per_chunk))
+
+    transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
+    recompute = max((r for _, r in per_chunk), default=0)
+    if recompute:
+        transients["recompute"] = recompute
+    if stage.post_process:
+        transients["loss"] = _loss_transient(config)
+    moment = max(transients, key=transients.get)
+    transient = transients[moment]
+
+    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability)
+    te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl)
+    batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
+    other = transient + cublas + te + batch
+
+    memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
+    groups = communicators(p, config.model.moe is not None)
+    device = DeviceOverhead(
+        cuda_context=overheads.cuda_context_bytes,
+        communication_buffers=overheads.nccl_bytes_per_communicator * len(groups),
+        fragmentation=int(memory.total * overheads.fragmentation),
+    )
+    details = (
+        ("master_params", states.master_params),
+        ("optimizer_moments", states.optimizer_moments),
+        ("buffer_padding_elements", states.padded_elements),
+        ("activations_per_microbatch", sum(weights)),
+        ("transient_" + moment.replace(" ", "_"), transient),
+        ("cublas_workspace", cublas),
+        ("te_workspace", te),
+        ("batch_tensors", batch),
+    )
+    return StageEstimate(
+        pipeline_rank=stage.pp_rank,
+        layer_indices=stage.layers,
+        parameters=params,
+        bytes=memory,
+        device_overhead=device,
+        microbatches_in_flight=inflight.chunk_microbatches,
+        peak_moment=f"{inflight.description}; transient: {moment}",
+        details=details,
+        budget_bytes=budget,
+    )
+
+
+def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
+    """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
+    output-layer copy on the last stage not counted twice)."""
+    p = config.parallel
+    total = 0
+    for stage in stages:
+        for chunk in stage.chunks:
+            tensors = chunk_tensors(config, chunk)
+            for t in tensors:
+                if t.name == "output_layer.weight" and not config.model.untie_embeddings_and_output_weights:
+                    continue
+                if t.name.startswith("embedding.") and not chunk.pre_process:
+                    continue  # the MTP stage's copy of the embedding
+                total += t.numel * _replication_factor(config, t.name, t.expert)
+    return total
+
+
+def _replication_factor(config: EstimatorConfig, name: str, expert: bool) -> int:
+    """How many GPUs of one model replica hold distinct shards of this tensor."""
+    p = config.parallel
+    if expert:
+        return p.ep * p.etp
+    if _tp_split(config, name):
+        return p.tp
+    return 1
+
+
+def _tp_split(config: EstimatorConfig, name: str) -> bool:
+    leaf = name.rsplit(".", 2)
+    module, kind = leaf[-2], leaf[-1]
+    if "layernorm" in module or module in ("enorm", "hnorm", "router", "position_embeddings") or name.endswith("gate_weight"):
+        return False
+    if module in ("linear_q_down_proj", "linear_kv_down_proj"):
+        return config.kernels.transformer_impl != "transformer_engine"
+    if module in ("linear_proj", "linear_fc2") and kind == "bias":
+        return False
+    return True
+
+
+def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_source: str | None = None,
+             overheads: Overheads = Overheads(), environ: Mapping[str, str] | None = None) -> Estimate:
+    import os
+
+    environ = os.environ if environ is None else environ
+    stages = pipeline_stages(config)
+    results = tuple(estimate_stage(config, stage, overheads, environ, budget) for stage in stages)
+    return Estimate(
+        world_size=config.parallel.world_size,
+        world_size_source=config.world_size_source,
+        parallelism=config.parallel.as_dict(),
+        stages=results,
+        assumptions=assumptions(config, overheads, environ),
+        budget_bytes=budget,
+        budget_source=budget_source,
+        model_summary=model_summary(config),
+        total_parameters=total_parameters(config, stages),
+    )
+
+
+def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
+    m, tr, prec = config.model, config.training, config.precision
+    attention = f"{m.num_attention_heads} heads"
+    if m.mla is not None:
+        attention += ", multi-latent attention"
+    elif m.num_query_groups != m.num_attention_heads:
+        attention += f", {m.num_query_groups} query groups"
+    rows = [
+        ("model", f"{m.num_layers} layers, hidden {m.hidden_size}, ffn {m.ffn_hidden_size}, {attention}"),
+        ("vocabulary", f"{m.padded_vocab_size} ({m.vocab_source})"),
+        ("batch", f"micro {tr.micro_batch_size} x seq {tr.seq_length}, global {tr.global_batch_size} "
+                  f"({tr.num_microbatches} microbatches per step)"),
+        ("precision", f"{prec.params_dtype} params, {prec.main_grads_dtype} grads, {prec.optimizer}"
+                      + (", distributed optimizer" if prec.use_distributed_optimizer else "")),
+    ]
+    if m.moe is not None:
+        rows.insert(1, ("experts", f"{m.moe.num_experts} experts, top-{m.moe.router_topk}, "
+                                   f"ffn {m.moe.ffn_hidden_size}, {sum(m.moe.layer_pattern)} MoE layers"))
+    return tuple(rows)
+
+
+def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> tuple[Assumption, ...]:
+    k = config.kernels
+    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability)
+    items = [
+        Assumption("attention_backend", f"attention kernel: {k.attention_backend} ({k.attention_backend_source})",
+                   k.attention_backend),
+        Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
+                   + (" (interleaved)" if config.parallel.vpp else "")),
+        Assumption("cublas_workspace", f"cuBLAS workspace {cublas / MiB:g} MiB ({cublas_source}) and "
+                   f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}",
+                   cublas),
+        Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "
+                   "outside the allocator", overheads.cuda_context_bytes),
+        Assumption("nccl_buffers", f"NCCL buffers {overheads.nccl_bytes_per_communicator / MiB:g} MiB per "
+                   f"communicator ({', '.join(communicators(config.parallel, config.model.moe is not None)) or 'none'})",
+                   overheads.nccl_bytes_per_communicator),
+        Assumption("fragmentation", f"allocator fragmentation {overheads.fragmentation:.0%} of allocated memory",
+                   overheads.fragmentation),
+    ]
+    for note in config.notes:
+        items.append(Assumption("megatron_derived", note))
+    return tuple(items)

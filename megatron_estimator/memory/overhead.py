@@ -1,0 +1,65 @@
+"""Memory besides model states and activations.
+
+Two kinds, kept apart because they count differently:
+- allocator-visible workspaces (they are in ``torch.cuda.max_memory_allocated``): the cuBLAS
+  workspace PyTorch allocates through its caching allocator, sized by
+  ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE_KiB:COUNT`` pairs; PyTorch's default is
+  ``:4096:2:16:8`` before Hopper and ``:4096:8`` from Hopper on), and Transformer Engine's
+  own cuBLAS workspace (transformer_engine/pytorch/module/base.py: 32 MiB from compute
+  capability 9.0 on, 4 MiB before);
+- device-level overhead the allocator does not see: the CUDA context, NCCL's buffers (one
+  set per communicator the job uses), and fragmentation of the caching allocator.  Each is a
+  stated assumption the user can override.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Overheads:
+    cuda_context_bytes: int = 512 * MiB
+    nccl_bytes_per_communicator: int = 512 * MiB
+    fragmentation: float = 0.05
+    routing_imbalance: float = 0.0
+    compute_capability: float = 9.0          # Hopper unless the GPU is known
+
+
+def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float) -> tuple[int, str]:
+    config = environ.get("CUBLAS_WORKSPACE_CONFIG")
+    source = "CUBLAS_WORKSPACE_CONFIG=" + config if config else "PyTorch's default"
+    if not config:
+        config = ":4096:8" if compute_capability >= 9.0 else ":4096:2:16:8"
+    pairs = re.findall(r":(\d+):(\d+)", config)
+    total = sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return total, source
+
+
+def te_workspace_bytes(compute_capability: float, transformer_impl: str) -> int:
+    if transformer_impl != "transformer_engine":
+        return 0
+    return 32 * MiB + 1024 if compute_capability >= 9.0 else 4 * MiB
+
+
+def communicators(parallel, moe: bool = False) -> list[str]:
+    """The NCCL communicators a rank of this layout creates that move data."""
+    groups = []
+    if parallel.tp > 1:
+        groups.append("tensor parallel")
+    if parallel.pp > 1:
+        groups.append("pipeline parallel")
+    if parallel.cp > 1:
+        groups.append("context parallel")
+    if parallel.dp * parallel.cp > 1:
+        groups.append("data parallel")
+    if moe and parallel.ep > 1:
+        groups.append("expert parallel")
+    if moe and parallel.edp > 1 and parallel.edp != parallel.dp * parallel.cp:
+        groups.append("expert data parallel")
+    return groups

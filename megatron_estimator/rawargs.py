@@ -1,0 +1,45 @@
+"""Raw input, before validation: the Megatron settings a user gave and where each came from.
+
+Every input format (command-line flags, the seed YAML format, Megatron's ``--yaml-cfg``,
+launch scripts, HuggingFace configs) is read into a ``RawArgs``: Megatron argument *dests*
+(``tensor_model_parallel_size``) mapped to the value given, each with the location to name in
+a message (``--tensor-model-parallel-size`` or ``train.yaml:7 parallelism.tensor_model_parallel_size``).
+Defaults are not filled in here; validation and configuration do that from the flag table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class RawSetting:
+    dest: str
+    value: Any
+    location: str
+
+
+@dataclass(frozen=True)
+class RawArgs:
+    settings: Mapping[str, RawSetting] = field(default_factory=dict)
+    source: str = "command line"
+
+    def given(self, dest: str) -> bool:
+        return dest in self.settings
+
+    def value(self, dest: str, default: Any = None) -> Any:
+        setting = self.settings.get(dest)
+        return default if setting is None else setting.value
+
+    def location(self, dest: str, fallback: str | None = None) -> str:
+        setting = self.settings.get(dest)
+        if setting is not None:
+            return setting.location
+        return fallback if fallback is not None else "--" + dest.replace("_", "-")
+
+    def merged(self, other: "RawArgs") -> "RawArgs":
+        """These settings with ``other``'s laid over them (``other`` wins)."""
+        settings = dict(self.settings)
+        settings.update(other.settings)
+        return RawArgs(settings, other.source if other.settings else self.source)

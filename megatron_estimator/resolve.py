@@ -1,0 +1,87 @@
+"""From raw settings to a validated configuration: defaults, schema, derivation, rules.
+
+``resolve_config`` is the one door from ``RawArgs`` (what the user typed, in any format) to
+``EstimatorConfig`` (what it means).  It gathers every problem and raises them together.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from .config import EstimatorConfig, build_config
+from .derive import derive_namespace
+from .errors import InvalidInput, Problem, ProblemCollector
+from .flags import flag_table
+from .parallel import ParallelDims
+from .rawargs import RawArgs
+from .validation.rules import check_rules
+from .validation.schema import check_config_schema
+from .vocab import resolve_vocabulary
+
+SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+              "expert_model_parallel_size", "expert_tensor_parallel_size")
+
+
+def _smallest_world(ns: Mapping) -> int | None:
+    sizes = [ns.get(d) for d in SIZE_DESTS]
+    sizes[4] = sizes[4] if sizes[4] is not None else sizes[0]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes):
+        return None
+    tp, pp, cp, ep, etp = sizes
+    return ParallelDims.smallest_world(tp, pp, cp, ep, etp)
+
+
+def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None) -> tuple[int | None, str]:
+    if world_size is not None:
+        return world_size, source or "--world-size"
+    namespace = dict(flag_table().defaults())
+    namespace.update({d: s.value for d, s in raw.settings.items()})
+    smallest = _smallest_world(namespace)
+    return smallest, "the smallest world the layout needs (data parallel 1)"
+
+
+def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_source: str | None = None,
+                   environ: Mapping[str, str] | None = None) -> EstimatorConfig:
+    environ = os.environ if environ is None else environ
+    problems = ProblemCollector()
+    namespace = dict(flag_table().defaults())
+    namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
+    problems.extend(check_config_schema(namespace, raw))
+
+    world, source = resolve_world_size(raw, world_size, world_size_source)
+    if world is None:
+        problems.raise_if_any()
+        raise InvalidInput([Problem("unknown-world-size", "--world-size",
+                                    "cannot tell the world size; pass --world-size")])
+    if world < 1:
+        problems.add("out-of-range", source, f"world size {world} must be at least 1")
+        problems.raise_if_any()
+    if problems:
+        # Types and ranges first: the derivations below assume them.
+        problems.raise_if_any()
+
+    derived, notes = derive_namespace(namespace, world)
+    derived["world_size_source"] = source
+    problems.extend(check_rules(derived, raw, environ))
+
+    vocab = resolve_vocabulary(
+        vocab_size=derived.get("vocab_size"),
+        padded_vocab_size=derived.get("padded_vocab_size"),
+        tokenizer_type=derived.get("tokenizer_type"),
+        vocab_file=derived.get("vocab_file"),
+        tokenizer_model=derived.get("tokenizer_model"),
+        make_vocab_size_divisible_by=derived.get("make_vocab_size_divisible_by") or 128,
+        tp=derived.get("tensor_model_parallel_size") or 1,
+        pad=bool(derived.get("pad_vocab_size", True)),
+    )
+    if vocab is None:
+        where = raw.location("tokenizer_type") if raw.given("tokenizer_type") else raw.location("vocab_size")
+        problems.add("unknown-vocab-size", where,
+                     f"cannot tell the vocabulary size of tokenizer {derived.get('tokenizer_type')}"
+                     + (f" ({derived.get('tokenizer_model')})" if derived.get("tokenizer_model") else "")
+                     + ": its files are not on this machine; pass --vocab-size")
+    problems.raise_if_any()
+    if derived.get("_tokenizer_type_defaulted") and vocab.source.startswith("GPT2BPETokenizer"):
+        notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
+    return build_config(derived, vocab, source, environ, tuple(notes))

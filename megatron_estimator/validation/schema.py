@@ -1,0 +1,76 @@
+"""JSON Schema checks of the normalized configuration (``schemas/config.schema.json``).
+
+Types, ranges and choices are data in the schema; this module only runs ``jsonschema`` and
+turns each error into a ``Problem`` located where the user set the value.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Mapping
+
+from ..errors import Problem
+from ..rawargs import RawArgs
+from ..resources import schema_path
+
+REQUIRED_MESSAGES = {
+    "seq_length": "the sequence length is required (--seq-length)",
+}
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    with open(schema_path(name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str):
+    import jsonschema
+
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    return json.dumps(value)
+
+
+def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs) -> list[Problem]:
+    """Problems with the types, ranges and choices of the settings in ``namespace``."""
+    schema = load_schema("config.schema.json")
+    properties = schema["properties"]
+    document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
+    problems: list[Problem] = []
+    for error in sorted(_validator("config.schema.json").iter_errors(document), key=lambda e: list(e.path)):
+        if error.validator == "required":
+            continue  # reported below, one message per missing setting
+        dest = str(error.path[0]) if error.path else ""
+        location = raw.location(dest) if dest else raw.source
+        value = namespace.get(dest)
+        if error.validator == "enum":
+            choices = ", ".join(str(c) for c in error.validator_value if c is not None)
+            problems.append(Problem("invalid-choice", location,
+                                    f"{_describe(value)} is not one of: {choices}"))
+        elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
+                     "exclusiveMaximum": "<"}[error.validator]
+            problems.append(Problem("out-of-range", location,
+                                    f"{_describe(value)} is out of range: must be {bound} {error.validator_value}"))
+        elif error.validator == "type":
+            expected = error.validator_value
+            expected = " or ".join(t for t in expected if t != "null") if isinstance(expected, list) else expected
+            problems.append(Problem("wrong-type", location,
+                                    f"{_describe(value)} has the wrong type: expected {expected}"))
+        else:
+            problems.append(Problem("invalid-value", location, error.message))
+    for dest in schema.get("required", ()):
+        if namespace.get(dest) is None:
+            flag = "--" + dest.replace("_", "-")
+            message = REQUIRED_MESSAGES.get(dest, f"{flag} is required")
+            problems.append(Problem("missing-required", raw.location(dest), message))
+    return problems

@@ -1,0 +1,99 @@
+"""Format detection by name and content, without importing yaml."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron_estimator.loaders.detect import detect_format
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED_EXAMPLE = Path("/work/shared/megatron/yaml-cfg-example.yaml")
+
+LAUNCH = """\
+torchrun --nproc_per_node 8 pretrain_gpt.py \\
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \\
+    --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --bf16
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_files():
+    assert detect_format(REPO / "examples/llama3-8b.yaml") == "seed-yaml"
+    assert detect_format(REPO / "examples/llama3-70b-tight.yaml") == "seed-yaml"
+    assert detect_format(FIXTURES / "seed-broken.yaml") == "seed-yaml"
+    assert detect_format(FIXTURES / "megatron-yaml-gpt.yaml") == "megatron-yaml"
+
+
+def test_shared_yaml_cfg_example():
+    if not SHARED_EXAMPLE.exists():
+        pytest.skip(f"{SHARED_EXAMPLE} is not on this machine")
+    assert detect_format(SHARED_EXAMPLE) == "megatron-yaml"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("train.sh", LAUNCH),
+    ("train.slurm", "srun python pretrain_gpt.py --num-layers 2\n"),
+    ("train", "#!/bin/bash\n" + LAUNCH),
+    ("train", "#!/usr/bin/env bash\nset -e\n" + LAUNCH),
+    ("job.txt", "# a slurm job\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8\n" + LAUNCH),
+    ("run", LAUNCH),
+    ("run", "python3 pretrain_gpt.py --num-layers 2\n"),
+])
+def test_shell(tmp_path, name, text):
+    assert detect_format(write(tmp_path, name, text)) == "shell"
+
+
+def test_hf_config_file_and_directory(tmp_path):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096}
+    path = write(tmp_path, "config.json", json.dumps(config))
+    assert detect_format(path) == "hf-config"
+    assert detect_format(tmp_path) == "hf-config"
+    only_type = write(tmp_path, "other.json", json.dumps({"model_type": "mixtral"}))
+    assert detect_format(only_type) == "hf-config"
+    no_extension = write(tmp_path, "cfg", json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    assert detect_format(no_extension) == "hf-config"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("tokenizer.json", json.dumps({"version": "1.0", "model": {"type": "BPE"}})),
+    ("broken.json", '{"model_type": '),
+    ("both.yaml", "model:\n  num_layers: 2\nlanguage_model:\n  num_layers: 2\n"),
+    ("other.yaml", "trainer:\n  devices: 8\n"),
+    ("nested.yaml", "config:\n  model:\n    num_layers: 2\n"),
+    ("empty.yaml", ""),
+    ("notes.txt", "Remember to run torchrun later.\n"),
+])
+def test_unknown(tmp_path, name, text):
+    assert detect_format(write(tmp_path, name, text)) == "unknown"
+
+
+def test_missing_file_and_directory_without_config(tmp_path):
+    assert detect_format(tmp_path / "absent.yaml") == "unknown"
+    assert detect_format(tmp_path) == "unknown"
+
+
+def test_yaml_formats_by_top_level_keys_even_when_broken(tmp_path):
+    assert detect_format(write(tmp_path, "a.yml", "parallelism:\n  tensor_model_parallel_size: 2\n")) == "seed-yaml"
+    assert detect_format(write(tmp_path, "b.yaml", "# comment\nmodel_parallel:\n  [broken\n")) == "megatron-yaml"
+    assert detect_format(write(tmp_path, "c.cfg", "model: {num_layers: 2}\n")) == "seed-yaml"
+
+
+def test_detection_does_not_import_yaml(tmp_path):
+    script = write(tmp_path, "train.sh", LAUNCH)
+    seed = REPO / "examples/llama3-8b.yaml"
+    code = ("import sys; from megatron_estimator.loaders.detect import detect_format; "
+            f"r = (detect_format({str(script)!r}), detect_format({str(seed)!r})); "
+            "print(r, 'yaml' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "('shell', 'seed-yaml') False"

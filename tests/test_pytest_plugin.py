@@ -1,0 +1,467 @@
+"""The pytest plugin (megatron_estimator/pytest_plugin.py), run inside pytester sessions.
+
+Expected estimates come from the library itself (the plugin must add no memory logic); the
+budgets are chosen around them so that one case fits and the other does not, down to a byte.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from megatron_estimator import api
+from megatron_estimator.errors import InvalidInput
+from megatron_estimator.gpus import find_gpu, parse_bytes
+from megatron_estimator.memory.overhead import Overheads
+from megatron_estimator.report import render_text
+from megatron_estimator.results import Verdict
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = "megatron_estimator.pytest_plugin"
+GiB = 1 << 30
+
+# A 2-layer GPT (Megatron pretrain_gpt.py flags); with pipeline parallelism 2 it has two stages.
+SMALL = ["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4",
+         "--seq-length", "512", "--max-position-embeddings", "512", "--micro-batch-size", "1",
+         "--vocab-size", "32000", "--bf16"]
+SMALL_PP2 = SMALL + ["--pipeline-model-parallel-size", "2"]
+# A 1.3B GPT whose peak (about 57 GiB) fits an 80 GB H100 and not a 40 GB A100 or a 32 GB V100.
+GPT_1B = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+          "--seq-length", "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "8",
+          "--vocab-size", "50304", "--bf16"]
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch):
+    """No team settings from the developer's environment; the plugin only through ``-p``."""
+    for name in list(os.environ):
+        if name.startswith("MEGATRON_ESTIMATOR_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")   # an installed entry point would load it twice
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _library_imported():
+    """Import what the plugin uses once: pytester's in-process runs drop the modules imported
+    inside them, and importing the library afresh in every run would dominate the test time."""
+    try:
+        import tomllib  # noqa: F401  (settings reads pyproject.toml with it)
+    except ModuleNotFoundError:     # Python 3.10: settings uses tomli
+        pass
+    from megatron_estimator.settings import load_settings
+
+    api.estimate(SMALL)
+    api.estimate(str(REPO / "tests" / "fixtures" / "megatron-yaml-gpt.yaml"))
+    load_settings({}, environ={})
+
+
+def run(pytester, *args):
+    return pytester.runpytest("-p", PLUGIN, *args)
+
+
+def output(result) -> str:
+    return result.stdout.str() + result.stderr.str()
+
+
+def problem_line(p) -> str:
+    return f"{p.location}: {p.message} [{p.code}]"
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+
+def test_entry_point_is_declared_in_setup_cfg():
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg.has_option("options.entry_points", "pytest11"), "setup.cfg declares no pytest11 entry point"
+    lines = [line.strip() for line in cfg.get("options.entry_points", "pytest11").splitlines() if line.strip()]
+    assert "megatron_estimator = megatron_estimator.pytest_plugin" in lines
+
+
+def test_marker_is_registered_for_strict_markers(pytester):
+    pytester.makepyfile(f"""
+        import pytest
+        @pytest.mark.megatron_gpus("h100")
+        def test_runs(megatron_gpu):
+            assert megatron_gpu.name == "h100-sxm-80gb"
+    """)
+    result = run(pytester, "--strict-markers")
+    result.assert_outcomes(passed=1)
+    markers = run(pytester, "--markers")
+    assert any(line.startswith("@pytest.mark.megatron_gpus(*names):") for line in markers.stdout.lines)
+
+
+# ---------------------------------------------------------------------------------------
+# assert_fits: a pass, a failure with the stage table, invalid input
+
+def test_assert_fits_passes_at_the_peak_and_fails_one_byte_below(pytester):
+    estimate = api.estimate(SMALL_PP2, world_size=2)
+    peaks = [stage.device_peak_bytes for stage in estimate.stages]
+    assert len(peaks) == 2 and peaks[0] < peaks[1]      # stage 1 holds the output layer and the loss
+    over_budget = peaks[1] - 1                           # stage 0 fits, stage 1 is one byte over
+    pytester.makepyfile(f"""
+        FLAGS = {SMALL_PP2!r}
+
+        def test_fits(megatron_memory):
+            e = megatron_memory.assert_fits(FLAGS, world_size=2, budget={peaks[1]})
+            assert [s.device_peak_bytes for s in e.stages] == {peaks!r}
+            assert [s.fits for s in e.stages] == [True, True]
+
+        def test_over(megatron_memory):
+            megatron_memory.assert_fits(FLAGS, world_size=2, budget={over_budget})
+    """)
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)          # a failure of the test, not an error
+    text = output(result)
+    assert f"AssertionError: OVER BUDGET: command line: stage 1 needs" in text
+    assert f"budget={over_budget} argument" in text
+    assert "pytest_plugin.py" not in text               # the plugin's frames are hidden
+    # The text renderer's table and verdict for the same estimate, line by line.
+    expected = render_text([Verdict("command line", estimate=api.estimate(
+        SMALL_PP2, world_size=2, budget=over_budget))]).splitlines()
+    table_start = next(i for i, line in enumerate(expected) if line.strip().startswith("stage  layers"))
+    wanted = expected[table_start:table_start + 3] + [line for line in expected if "verdict:" in line]
+    assert "OVER BUDGET on 1 of 2 stage(s)" in wanted[-1]
+    shown = [line.removeprefix("E").strip() for line in result.stdout.lines if line.startswith("E ")]
+    for line in wanted:
+        assert line.strip() in shown, line
+
+
+def test_invalid_flags_fail_the_test_listing_every_problem(pytester):
+    bad = SMALL + ["--num-layerz", "3", "--hidden-size", "abc"]
+    _, problems = api.load_input(bad)
+    assert {p.code for p in problems} == {"unknown-flag", "invalid-value"}
+    pytester.makepyfile(f"""
+        FLAGS = {bad!r}
+
+        def test_assert_fits(megatron_memory):
+            megatron_memory.assert_fits(FLAGS, budget="80GiB")
+
+        def test_estimate(megatron_memory):
+            megatron_memory.estimate(FLAGS)
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=2)
+    text = output(result)
+    assert text.count("invalid Megatron configuration (command line): 2 problems") == 2
+    for problem in problems:
+        assert text.count(problem_line(problem)) == 2, problem_line(problem)
+    assert "pytest_plugin.py" not in text
+
+
+def test_rules_megatron_checks_fail_the_test_with_every_problem(pytester):
+    bad = SMALL + ["--num-attention-heads", "3", "--tensor-model-parallel-size", "2"]
+    inp, problems = api.load_input(bad)
+    verdict = api.evaluate(inp, world_size=4, world_size_source="world_size argument")
+    assert not problems and verdict.estimate is None
+    codes = {p.code for p in verdict.problems}
+    assert {"heads-not-dividing-hidden", "heads-not-divisible-by-tp"} <= codes
+    pytester.makepyfile(f"""
+        def test_assert_fits(megatron_memory):
+            megatron_memory.assert_fits({bad!r}, world_size=4, budget="80GiB")
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = output(result)
+    for problem in verdict.problems:
+        assert problem_line(problem) in text
+
+
+def test_mapping_and_file_inputs_match_the_library(pytester):
+    yaml_path = REPO / "tests" / "fixtures" / "megatron-yaml-gpt.yaml"
+    from_file = api.estimate(str(yaml_path), world_size=8)
+    mapping = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "seq_length": 512,
+               "max_position_embeddings": 512, "micro_batch_size": 1, "vocab_size": 32000, "--bf16": True}
+    from_mapping = api.estimate(mapping)
+    assert from_mapping.peak_stage.device_peak_bytes == api.estimate(SMALL).peak_stage.device_peak_bytes
+    pytester.makepyfile(f"""
+        def test_file(megatron_memory):
+            e = megatron_memory.assert_fits({str(yaml_path)!r}, world_size=8, budget="80GiB")
+            assert e.world_size == 8
+            assert [s.device_peak_bytes for s in e.stages] == {[s.device_peak_bytes for s in from_file.stages]!r}
+
+        def test_mapping(megatron_memory):
+            e = megatron_memory.estimate({mapping!r})
+            assert e.peak_stage.device_peak_bytes == {from_mapping.peak_stage.device_peak_bytes}
+            assert e.fits is None and e.budget_bytes is None
+
+        def test_bad_mapping_key(megatron_memory):
+            megatron_memory.estimate({{"num_layers": 2, "hiden_size": 256}})
+    """)
+    result = run(pytester)
+    result.assert_outcomes(passed=2, failed=1)
+    assert "hiden_size: unknown Megatron setting 'hiden_size'; did you mean --hidden-size" in output(result)
+
+
+def test_no_budget_configured(pytester):
+    pytester.makepyfile(f"""
+        def test_assert_fits(megatron_memory):
+            megatron_memory.assert_fits({SMALL!r})
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = output(result)
+    assert "AssertionError: no GPU memory budget is configured for megatron_memory.assert_fits" in text
+    assert "budget: none given (report only)" in text     # the report is still shown
+
+
+def test_bad_budget_argument_and_bad_settings_fail_the_test(pytester, monkeypatch):
+    with pytest.raises(InvalidInput) as bad_unit:
+        parse_bytes("80G", location="budget argument")
+    pytester.makepyfile(f"""
+        def test_budget_argument(megatron_memory):
+            megatron_memory.assert_fits({SMALL!r}, budget="80G")
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    assert problem_line(bad_unit.value.problems[0]) in output(result)
+
+    pytester.makepyfile(f"""
+        def test_budget_argument(megatron_memory):
+            megatron_memory.assert_fits({SMALL!r}, budget=80 * 2**30)
+    """)
+    monkeypatch.setenv("MEGATRON_ESTIMATOR_BUDGET", "lots")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)                     # a broken team setting is reported, not skipped
+    text = output(result)
+    assert "MEGATRON_ESTIMATOR_BUDGET: 'lots' is not a byte size" in text
+    assert "[invalid-setting]" in text
+
+
+def test_bad_command_line_and_ini_values_are_usage_errors(pytester):
+    pytester.makeini("[pytest]\nmegatron_gpu = h1000\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester, "--megatron-budget", "80G")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = output(result)
+    assert "megatron-estimator: 2 problems:" in text
+    assert "--megatron-budget: '80G': unknown unit 'G'" in text and "[invalid-budget]" in text
+    assert "tox.ini megatron_gpu: unknown GPU 'h1000'; did you mean h100 (h100-sxm-80gb)?" in text
+    assert "[unknown-gpu]" in text
+
+
+# ---------------------------------------------------------------------------------------
+# Where the budget comes from
+
+H100 = find_gpu("h100").total_memory_bytes
+A100_40 = find_gpu("a100-40gb").total_memory_bytes
+H200 = find_gpu("h200").total_memory_bytes
+
+# (id, sources given, expected budget bytes, expected source); each case drops the top source.
+ALL = {"argument": "1GiB", "cli_budget": "2GiB", "cli_gpu": "h100", "ini_budget": "4GiB",
+       "ini_gpu": "a100-40gb", "env_budget": "5GiB"}
+
+
+def _without(*names, **extra):
+    sources = {k: v for k, v in ALL.items() if k not in names}
+    sources.update(extra)
+    return sources
+
+
+PRECEDENCE = [
+    ("argument", ALL, GiB, "budget='1GiB' argument"),
+    ("cli-budget", _without("argument"), 2 * GiB, "--megatron-budget 2GiB"),
+    ("cli-gpu-over-ini-and-env", _without("argument", "cli_budget"), H100,
+     "h100-sxm-80gb capacity (--megatron-gpu h100)"),
+    ("ini-budget", _without("argument", "cli_budget", "cli_gpu"), 4 * GiB, "megatron_budget = 4GiB in tox.ini"),
+    ("ini-gpu-over-env", _without("argument", "cli_budget", "cli_gpu", "ini_budget"), A100_40,
+     "a100-sxm-40gb capacity (megatron_gpu = a100-40gb in tox.ini)"),
+    ("settings-env-budget", {"env_budget": "5GiB", "file_budget": "6GiB"}, 5 * GiB, "MEGATRON_ESTIMATOR_BUDGET"),
+    ("settings-env-gpu-over-file-budget", {"env_gpu": "h200", "file_budget": "6GiB"}, H200,
+     "h200 capacity (cuda-reported; gpu from MEGATRON_ESTIMATOR_GPU)"),
+    ("settings-file-budget", {"file_budget": "6GiB"}, 6 * GiB, "{pyproject}:3 [tool.megatron-estimator] budget"),
+    ("none", {}, None, None),
+]
+
+
+@pytest.mark.parametrize("sources, expected_bytes, expected_source",
+                         [case[1:] for case in PRECEDENCE], ids=[case[0] for case in PRECEDENCE])
+def test_budget_precedence(pytester, monkeypatch, sources, expected_bytes, expected_source):
+    args = []
+    if "cli_budget" in sources:
+        args += ["--megatron-budget", sources["cli_budget"]]
+    if "cli_gpu" in sources:
+        args += ["--megatron-gpu", sources["cli_gpu"]]
+    ini = [f"megatron_budget = {sources['ini_budget']}"] if "ini_budget" in sources else []
+    ini += [f"megatron_gpu = {sources['ini_gpu']}"] if "ini_gpu" in sources else []
+    if ini:
+        pytester.makeini("[pytest]\n" + "\n".join(ini) + "\n")
+    if "env_budget" in sources:
+        monkeypatch.setenv("MEGATRON_ESTIMATOR_BUDGET", sources["env_budget"])
+    if "env_gpu" in sources:
+        monkeypatch.setenv("MEGATRON_ESTIMATOR_GPU", sources["env_gpu"])
+    if "file_budget" in sources:
+        pyproject = pytester.makepyprojecttoml(
+            f'[tool.megatron-estimator]\n# the team budget\nbudget = "{sources["file_budget"]}"\n')
+        expected_source = expected_source.format(pyproject=pyproject)
+    argument = sources.get("argument")
+    pytester.makepyfile(f"""
+        def test_budget(megatron_memory):
+            e = megatron_memory.estimate({SMALL!r}, budget={argument!r})
+            assert (e.budget_bytes, e.budget_source) == ({expected_bytes!r}, {expected_source!r})
+            assert [s.budget_bytes for s in e.stages] == [{expected_bytes!r}]
+            b = megatron_memory.budget({argument!r})
+            assert (b.bytes, b.source) == ({expected_bytes!r}, {expected_source!r})
+    """)
+    result = run(pytester, *args)
+    result.assert_outcomes(passed=1)
+
+
+def test_settings_overheads_apply(pytester, monkeypatch):
+    monkeypatch.setenv("MEGATRON_ESTIMATOR_CUDA_CONTEXT", "1GiB")
+    monkeypatch.setenv("MEGATRON_ESTIMATOR_FRAGMENTATION", "10%")
+    expected = api.estimate(SMALL, overheads=Overheads(cuda_context_bytes=GiB, fragmentation=0.10))
+    default = api.estimate(SMALL)
+    assert expected.peak_stage.device_peak_bytes > default.peak_stage.device_peak_bytes + 512 * (1 << 20)
+    pytester.makepyfile(f"""
+        def test_overheads(megatron_memory):
+            e = megatron_memory.estimate({SMALL!r})
+            assert e.peak_stage.device_overhead.cuda_context == {GiB}
+            assert e.peak_stage.device_peak_bytes == {expected.peak_stage.device_peak_bytes}
+    """)
+    run(pytester).assert_outcomes(passed=1)
+
+
+# ---------------------------------------------------------------------------------------
+# The megatron_gpus marker
+
+def test_gpu_marker_parametrizes_with_each_gpu_capacity(pytester):
+    names = ("h100", "a100-40gb", "v100-32gb")
+    specs = {name: find_gpu(name) for name in names}
+    peaks = {name: api.estimate(GPT_1B, overheads=Overheads(compute_capability=spec.compute_capability_value))
+             .peak_stage.device_peak_bytes for name, spec in specs.items()}
+    assert peaks["h100"] != peaks["v100-32gb"]              # the GPU's compute capability is applied
+    assert peaks["h100"] <= specs["h100"].total_memory_bytes
+    assert peaks["a100-40gb"] > specs["a100-40gb"].total_memory_bytes
+    assert peaks["v100-32gb"] > specs["v100-32gb"].total_memory_bytes
+    budgets = {name: spec.total_memory_bytes for name, spec in specs.items()}
+    canonical = {name: spec.name for name, spec in specs.items()}
+    pytester.makepyfile(f"""
+        import pytest
+        FLAGS = {GPT_1B!r}
+
+        @pytest.mark.megatron_gpus{names!r}
+        def test_fits(megatron_memory):
+            megatron_memory.assert_fits(FLAGS)
+
+        @pytest.mark.megatron_gpus{names!r}
+        def test_budget(megatron_memory, megatron_gpu, request):
+            name = request.node.callspec.id
+            e = megatron_memory.estimate(FLAGS)
+            assert megatron_gpu.name == {canonical!r}[name]
+            assert e.budget_bytes == {budgets!r}[name]
+            assert e.budget_source == megatron_gpu.name + " capacity (megatron_gpus marker)"
+            assert e.peak_stage.device_peak_bytes == {peaks!r}[name]
+    """)
+    # The marker outweighs a budget on the command line.
+    result = run(pytester, "-v", "--strict-markers", "--megatron-budget", "1GiB")
+    result.assert_outcomes(passed=4, failed=2)
+    result.stdout.fnmatch_lines_random([
+        "*::test_fits[[]h100[]] PASSED*",
+        "*::test_fits[[]a100-40gb[]] FAILED*",
+        "*::test_fits[[]v100-32gb[]] FAILED*",
+        "*::test_budget[[]h100[]] PASSED*",
+        "*::test_budget[[]a100-40gb[]] PASSED*",
+        "*::test_budget[[]v100-32gb[]] PASSED*",
+    ])
+    text = output(result)
+    assert "OVER BUDGET: command line: stage 0 needs" in text
+    assert "(a100-sxm-40gb capacity (megatron_gpus marker))" in text
+    assert "(v100-32gb capacity (megatron_gpus marker))" in text
+
+
+def test_gpu_marker_on_a_class_leaves_tests_without_the_fixture_alone(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.megatron_gpus("h200", "mi300x")
+        class TestGpus:
+            def test_plain(self):
+                pass
+
+            def test_gpu(self, megatron_gpu):
+                assert megatron_gpu.name in ("h200", "mi300x")
+
+        def test_unmarked(megatron_gpu, megatron_memory):
+            assert megatron_gpu is None
+    """)
+    result = run(pytester, "-v")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines_random(["*::TestGpus::test_plain PASSED*", "*::TestGpus::test_gpu[[]h200[]] PASSED*",
+                                        "*::TestGpus::test_gpu[[]mi300x[]] PASSED*", "*::test_unmarked PASSED*"])
+
+
+@pytest.mark.parametrize("marker, message", [
+    ('megatron_gpus("h100", "h1000", "a100")',
+     ["unknown GPU 'h1000'; did you mean h100 (h100-sxm-80gb)?", "[unknown-gpu]",
+      "'a100' names GPUs of different memory sizes; say which: a100-sxm-40gb", "[ambiguous-gpu]"]),
+    ("megatron_gpus()", ["give GPU names as arguments"]),
+])
+def test_bad_gpu_marker_is_a_collection_error(pytester, marker, message):
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_gpus(megatron_memory):
+            pass
+    """)
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    text = output(result)
+    assert "@pytest.mark.megatron_gpus on test_bad_gpu_marker_is_a_collection_error.py::test_gpus" in text
+    for part in message:
+        assert part in text
+
+
+def test_gpu_marker_on_a_test_without_the_fixture_is_an_error(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.megatron_gpus("h100")
+        def test_no_fixture():
+            pass
+    """)
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    assert "uses neither the megatron_memory nor the megatron_gpu fixture" in output(result)
+
+
+# ---------------------------------------------------------------------------------------
+# Start-up cost: nothing of megatron_estimator's is imported unless a test uses the plugin
+
+CONFTEST_RECORDING_MODULES = """
+    import json, sys
+
+    def pytest_sessionfinish(session):
+        loaded = sorted(m for m in sys.modules if m == "megatron_estimator" or m.startswith("megatron_estimator."))
+        with open("modules.json", "w") as f:
+            json.dump(loaded, f)
+"""
+
+
+@pytest.mark.parametrize("uses_fixture", [False, True], ids=["unused", "used"])
+def test_megatron_estimator_is_imported_only_when_used(pytester, monkeypatch, uses_fixture):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    pytester.makeconftest(CONFTEST_RECORDING_MODULES)
+    body = "megatron_memory.estimate(%r)" % (SMALL,) if uses_fixture else "assert 1 + 1 == 2"
+    fixture = "megatron_memory" if uses_fixture else ""
+    pytester.makepyfile(f"""
+        def test_something({fixture}):
+            {body}
+    """)
+    result = pytester.runpytest_subprocess("-p", PLUGIN)
+    result.assert_outcomes(passed=1)
+    loaded = set(json.loads((pytester.path / "modules.json").read_text()))
+    if uses_fixture:
+        assert {"megatron_estimator.api", "megatron_estimator.settings", "megatron_estimator.memory.model"} <= loaded
+    else:
+        assert loaded == {"megatron_estimator", "megatron_estimator.pytest_plugin"}
