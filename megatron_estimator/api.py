@@ -151,7 +151,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     from .memory.overhead import Overheads
     from .resolve import resolve_config
 
-    if problems:
+    if problems and not inp.raw.settings:
         return Verdict(inp.source, problems=tuple(problems))
     env = _environment(environ, inp.environment)
     if world_size is None:
@@ -160,7 +160,11 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
                                 environ=env)
     except InvalidInput as err:
-        return Verdict(inp.source, problems=err.problems)
+        return Verdict(inp.source, problems=tuple(problems) + tuple(p for p in err.problems if p not in problems))
+    if problems:
+        # The input had problems of its own (an unknown flag, a bad value): report them, with
+        # whatever validation found in the rest, instead of an estimate of something else.
+        return Verdict(inp.source, problems=tuple(problems))
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,

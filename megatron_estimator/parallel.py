@@ -82,7 +82,10 @@ class ParallelDims:
                 f"{world_size}/{dense} = {world_size / dense:g}",
             ))
         expert = etp * ep * pp
-        if expert and world_size % expert:
+        # With the default etp = tp and no expert parallelism the expert layout repeats the
+        # dense one; report it only when it says something new.
+        repeats_dense = problems and expert == dense
+        if expert and world_size % expert and not repeats_dense:
             problems.append(Problem(
                 "expert-world-size-not-divisible",
                 location("expert_model_parallel_size"),

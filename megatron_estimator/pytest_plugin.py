@@ -1,7 +1,9 @@
 """pytest plugin: assert in a test that a Megatron-LM configuration fits in GPU memory.
 
-Installing megatron-estimator registers this plugin (the ``pytest11`` entry point); without
-installing, enable it with ``-p megatron_estimator.pytest_plugin``.  The plugin gives::
+Installing megatron-estimator registers this plugin (the ``pytest11`` entry point, named
+after this module); without installing, enable it with ``-p megatron_estimator.pytest_plugin``
+or ``pytest_plugins = ["megatron_estimator.pytest_plugin"]`` in the root conftest.py, which
+stay harmless once it is installed.  The plugin gives::
 
     def test_pretrain_config_fits(megatron_memory):
         megatron_memory.assert_fits("configs/pretrain.yaml", world_size=64)
@@ -16,14 +18,20 @@ test (an ``AssertionError`` from the call) when a stage is over budget or no bud
 configured, with the per-stage table and the verdict in the message.  ``config`` is anything
 ``megatron_estimator.api.estimate`` reads: a list of Megatron flags, a path to a seed-format
 YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HuggingFace config.json, or a
-mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values.  Invalid
-input fails the test with every problem listed, each with its code.  ``environ=`` (keyword)
-replaces ``os.environ`` as the job's environment.
+mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values (relative
+paths are read from the current directory, as the library reads them).  Invalid input fails
+the test with every problem listed, each with its code.  ``world_size`` overrides the world
+size the input implies (a launch script's, a seed YAML's ``world_size``); without either it is
+the smallest world the layout needs.  ``environ=`` (keyword) replaces ``os.environ`` as the
+job's environment.  ``megatron_memory.verdict(...)`` returns the ``Verdict`` (estimate or
+problems) without failing; ``megatron_memory.budget(budget=None)`` returns the ``Budget``
+(bytes, source, gpu) a call would use.  The ``megatron_gpu`` fixture is the case's
+``GpuSpec`` under the marker, None elsewhere.
 
 Where the budget comes from, the first that gives one wins:
 
-1. the ``budget=`` argument of the call (bytes as an int, or text: ``80GiB``, ``80GB``,
-   ``81920MiB``; a bare number is GiB);
+1. the ``budget=`` argument of the call: bytes as an int, or text (``80GiB``, ``80GB``,
+   ``81920MiB``; in text a bare number is GiB);
 2. the GPU of the test case, for tests marked ``@pytest.mark.megatron_gpus(...)``: its
    capacity as CUDA reports it (``megatron_estimator.gpus``);
 3. ``--megatron-budget SIZE`` on the pytest command line;
@@ -47,15 +55,16 @@ from the project settings as they do for the CLI; ``format`` and ``warn-only`` d
 A bad ``--megatron-budget`` / ``--megatron-gpu`` or ini value stops pytest with a usage
 error; a bad marker GPU name is a collection error of that test.
 
-Start-up cost: this module imports only pytest; megatron_estimator is imported when a test
-uses the fixture, the marker, or one of the options is set.
+Disable the installed plugin with ``-p no:megatron_estimator.pytest_plugin``.  Start-up cost: this module
+imports only pytest (and os and typing, which pytest has imported already); the rest of
+megatron_estimator is imported when a test uses the fixture or the marker, or when one of the
+options is set.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import pytest
 
@@ -92,16 +101,14 @@ def pytest_configure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------------------------------
 # Budget sources given for the whole run (command line and ini), checked once at start-up.
 
-@dataclass(frozen=True)
-class BudgetSource:
+class BudgetSource(NamedTuple):      # a NamedTuple: cheaper to define at import than a dataclass
     """One place that may give the budget: bytes or a GPU (its capacity), and how to name it."""
     where: str                  # "--megatron-budget 80GiB", "megatron_gpu = h100 in pytest.ini", ...
     bytes: int | None = None
     gpu: Any = None             # megatron_estimator.gpus.GpuSpec
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(NamedTuple):
     """The budget a call uses: ``bytes`` (None: none configured), where it came from, the GPU in force."""
     bytes: int | None
     source: str | None
@@ -183,6 +190,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(f"{where}: the test uses neither the megatron_memory nor the megatron_gpu "
                     f"fixture, so the GPUs would change nothing", pytrace=False)
     from .errors import InvalidInput
+    from .gpus import lookup_gpu
 
     problems = []
     for name in names:
@@ -190,8 +198,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             problems.append(f"{name!r} is not a GPU name")
             continue
         try:
-            from .gpus import lookup_gpu
-
             lookup_gpu(name, location=MARKER)
         except InvalidInput as error:
             problems.extend(f"{p.message} [{p.code}]" for p in error.problems)

@@ -168,6 +168,17 @@ def megatron_core_available() -> tuple[bool, str]:
     return True, f"megatron-core {package_info.__version__}"
 
 
+def _import_megatron() -> None:
+    """Import the megatron-core modules the harness uses once, without their import-time
+    warnings (no Apex / no Transformer Engine / deprecated module paths)."""
+    with _quiet():
+        import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401
+        import megatron.core.models.gpt  # noqa: F401
+        import megatron.core.transformer.multi_latent_attention  # noqa: F401
+        import megatron.core.transformer.moe.moe_utils  # noqa: F401
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+
 # --------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------
@@ -237,6 +248,7 @@ class ActivationMeasurement:
     micro_batch_size: int
     dtype: str
     kernels: str
+    loss: float                  # mean per-token loss of the measured forward pass
     tensors: tuple[SavedTensor, ...]
 
     def layer_bytes(self, layer: int) -> int:
@@ -261,6 +273,7 @@ class ActivationMeasurement:
             "micro_batch_size": self.micro_batch_size,
             "dtype": self.dtype,
             "kernels": self.kernels,
+            "loss": self.loss,
             "total_bytes": self.total_bytes,
             "group_bytes": {g: self.group_bytes(g) for g in groups},
             "layer_bytes": {str(i): self.layer_bytes(i) for i in layers},
@@ -282,7 +295,7 @@ _MEGATRON_KEYS = {
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
     "recompute_activations", "bias_gelu_fusion", "bias_swiglu_fusion",
-    "fp16_lm_cross_entropy", "bf16", "fp16", "no_persist_layer_norm",
+    "fp16_lm_cross_entropy", "bf16", "fp16", "create_attention_mask_in_dataloader",
 }
 
 # Megatron's argparse defaults where they differ from TransformerConfig's dataclass defaults
@@ -451,14 +464,29 @@ def _normalize(spec: Mapping[str, Any]) -> _Normalized:
         layers = int(spec["num_layers"]) + bool(spec.get("account_for_embedding_in_pipeline_split")) \
             + bool(spec.get("account_for_loss_in_pipeline_split"))
         vpp = layers // pp // int(per_stage)
+    layout = spec.get("pipeline_model_parallel_layout")
+    if layout is not None:
+        # megatron/training/arguments.py: the layout's stage count fixes the VPP size
+        from megatron.core.transformer.pipeline_parallel_layer_layout import (
+            PipelineParallelLayerLayout,
+        )
+        if isinstance(layout, str):
+            num_stages = PipelineParallelLayerLayout.get_num_stages_from_str(layout)
+        else:
+            num_stages = len(layout)
+        if num_stages % pp:
+            raise SpecError(f"pipeline_model_parallel_layout has {num_stages} stages, "
+                            f"not a multiple of pipeline_model_parallel_size {pp}")
+        if vpp is not None and int(vpp) != num_stages // pp:
+            raise SpecError("pipeline_model_parallel_layout conflicts with the virtual stage count")
+        vpp = num_stages // pp
     vpp = int(vpp) if vpp is not None and int(vpp) > 1 else None
 
     fp16 = bool(spec.pop("fp16", False))
     bf16 = bool(spec.pop("bf16", True)) and not fp16
     params_dtype = torch.bfloat16 if bf16 else (torch.float16 if fp16 else torch.float32)
 
-    if spec.pop("no_persist_layer_norm", None) is not None:
-        pass  # apex-only switch; no effect on the local spec's torch norms
+    spec.pop("create_attention_mask_in_dataloader", None)  # read by saved_activation_bytes
     eps = spec.pop("norm_epsilon", None)
     if eps is not None:
         spec["layernorm_epsilon"] = eps
@@ -500,10 +528,9 @@ def _normalize(spec: Mapping[str, Any]) -> _Normalized:
         gradient_accumulation_fusion=False,
     )
     if num_experts is None:
-        for key in [k for k in tc if k.startswith("moe_") and k != "moe_layer_freq"]:
-            if key in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-                       "moe_router_topk", "moe_grouped_gemm"):
-                tc.pop(key)
+        # a dense model: Megatron's MoE flags have no effect without --num-experts
+        for key in [k for k in tc if k.startswith("moe_")]:
+            tc.pop(key)
     else:
         if tc.get("moe_ffn_hidden_size") is None:
             tc["moe_ffn_hidden_size"] = int(ffn)
@@ -873,6 +900,7 @@ def reference_parameter_counts(spec: Mapping[str, Any]) -> list[StageCount]:
     them.  Ordered by pipeline rank, then virtual stage."""
     import torch
 
+    _import_megatron()
     norm = _normalize(spec)
     results: list[StageCount] = []
     stages = range(norm.vpp) if norm.vpp else [None]
@@ -1045,6 +1073,7 @@ def saved_activation_bytes(spec: Mapping[str, Any], seq_length: int, micro_batch
     """
     import torch
 
+    _import_megatron()
     if dtype not in _DTYPES:
         raise SpecError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
     if kernels not in ("gpu", "cpu"):
@@ -1075,7 +1104,8 @@ def saved_activation_bytes(spec: Mapping[str, Any], seq_length: int, micro_batch
         generator = torch.Generator().manual_seed(4321)
         input_ids = torch.randint(0, norm.vocab_size, (b, s), generator=generator)
         labels = torch.randint(0, norm.vocab_size, (b, s), generator=generator)
-        position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
+        # the GPT dataset returns per-sample position ids; collated they are a [b, s] int64
+        position_ids = torch.arange(s).repeat(b, 1)
         # megatron/training/utils.py get_ltor_masks_and_position_ids: bool [1, 1, s, s],
         # True where attention is masked.  Without it the local DotProductAttention builds
         # the same mask on "cuda" (transformer/utils.py get_default_causal_mask).
@@ -1086,9 +1116,10 @@ def saved_activation_bytes(spec: Mapping[str, Any], seq_length: int, micro_batch
             loss = runner(input_ids, position_ids, attention_mask if create_mask else None,
                           labels=labels)
         tensors = recorder.result()   # while `loss` keeps the graph alive
+        mean_loss = float(loss.detach().float().mean())
         del loss, model, runner
-    return ActivationMeasurement(
-        seq_length=s, micro_batch_size=b, dtype=dtype, kernels=kernels, tensors=tensors)
+    return ActivationMeasurement(seq_length=s, micro_batch_size=b, dtype=dtype,
+                                 kernels=kernels, loss=mean_loss, tensors=tensors)
 
 
 _PIPELINE_KEYS = {

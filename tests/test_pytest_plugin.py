@@ -9,8 +9,6 @@ from __future__ import annotations
 import configparser
 import json
 import os
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -78,16 +76,45 @@ def problem_line(p) -> str:
 # ---------------------------------------------------------------------------------------
 # Registration
 
-def test_entry_point_is_declared_in_setup_cfg():
+def _declared_pytest11() -> list[str]:
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
     assert cfg.has_option("options.entry_points", "pytest11"), "setup.cfg declares no pytest11 entry point"
-    lines = [line.strip() for line in cfg.get("options.entry_points", "pytest11").splitlines() if line.strip()]
-    assert "megatron_estimator = megatron_estimator.pytest_plugin" in lines
+    return [line.strip() for line in cfg.get("options.entry_points", "pytest11").splitlines() if line.strip()]
+
+
+def test_entry_point_is_declared_in_setup_cfg():
+    # Named after the module, so that a conftest's pytest_plugins or a -p naming the module is
+    # a no-op once the package is installed, instead of pluggy's "already registered" error.
+    assert "megatron_estimator.pytest_plugin = megatron_estimator.pytest_plugin" in _declared_pytest11()
+
+
+@pytest.mark.parametrize("also_named", [False, True], ids=["entry-point", "entry-point-and-conftest"])
+def test_installed_entry_point_loads_the_plugin(pytester, monkeypatch, also_named):
+    """setup.cfg's pytest11 lines, as an installed distribution declares them, load the plugin
+    without -p; naming the module as well (conftest pytest_plugins and -p) is harmless."""
+    site = pytester.mkdir("site")
+    dist = site / "megatron_estimator_entry_point_check-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: megatron-estimator-entry-point-check\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\n" + "\n".join(_declared_pytest11()) + "\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    if also_named:
+        pytester.makeconftest(f"pytest_plugins = [{PLUGIN!r}]\n")
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.megatron_gpus("h100")
+        def test_fits(megatron_memory):
+            megatron_memory.assert_fits({SMALL!r})
+    """)
+    result = pytester.runpytest("--strict-markers", *(["-p", PLUGIN] if also_named else []))
+    result.assert_outcomes(passed=1)
 
 
 def test_marker_is_registered_for_strict_markers(pytester):
-    pytester.makepyfile(f"""
+    pytester.makepyfile("""
         import pytest
         @pytest.mark.megatron_gpus("h100")
         def test_runs(megatron_gpu):
@@ -121,7 +148,7 @@ def test_assert_fits_passes_at_the_peak_and_fails_one_byte_below(pytester):
     result = run(pytester)
     result.assert_outcomes(passed=1, failed=1)          # a failure of the test, not an error
     text = output(result)
-    assert f"AssertionError: OVER BUDGET: command line: stage 1 needs" in text
+    assert "AssertionError: OVER BUDGET: command line: stage 1 needs" in text
     assert f"budget={over_budget} argument" in text
     assert "pytest_plugin.py" not in text               # the plugin's frames are hidden
     # The text renderer's table and verdict for the same estimate, line by line.
@@ -157,7 +184,7 @@ def test_invalid_flags_fail_the_test_listing_every_problem(pytester):
     assert "pytest_plugin.py" not in text
 
 
-def test_rules_megatron_checks_fail_the_test_with_every_problem(pytester):
+def test_megatron_rule_violations_fail_the_test_listing_every_problem(pytester):
     bad = SMALL + ["--num-attention-heads", "3", "--tensor-model-parallel-size", "2"]
     inp, problems = api.load_input(bad)
     verdict = api.evaluate(inp, world_size=4, world_size_source="world_size argument")

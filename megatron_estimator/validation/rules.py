@@ -65,8 +65,8 @@ def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iter
     if ns.get("multi_latent_attention"):
         return
     g = ns.get("num_query_groups")
-    if not isinstance(g, int) or g <= 0:
-        return
+    if not ns.get("group_query_attention") or not isinstance(g, int) or g <= 0:
+        return  # without --group-query-attention, groups = heads, checked above
     where = raw.location("num_query_groups")
     if g % t and t % g:
         yield Problem("query-groups-vs-tp", where,
@@ -204,10 +204,10 @@ def pipeline_split(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Itera
     counted = _counted_layers(ns)
     extra = ""
     if counted != num_layers:
-        extra = f" (+{counted - num_layers} for --account-for-embedding/loss-in-pipeline-split)"
+        extra = f" + {counted - num_layers} (--account-for-embedding/loss-in-pipeline-split) = {counted}"
     if counted % p:
         yield Problem("layers-not-divisible-by-pp", raw.location("num_layers"),
-                      f"--num-layers {num_layers}{extra} = {counted} is not divisible by pp({p}) "
+                      f"--num-layers {num_layers}{extra} is not divisible by pp({p}) "
                       f"({counted}/{p} = {counted / p:g}); use --decoder-first/last-pipeline-num-layers "
                       "for an uneven split")
         return

@@ -1,0 +1,74 @@
+"""Shared helpers: build configurations and estimates from real Megatron flags."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+CALIBRATION_TSV = SHARED / "calibration" / "megatron-ci-dev.tsv"
+
+# LLaMA-3-8B as Megatron flags (published size 8,030,261,248).
+LLAMA3_8B = (
+    "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+    "--disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type rope "
+    "--vocab-size 128256 --max-position-embeddings 8192 --seq-length 8192 --micro-batch-size 1 --bf16"
+)
+# LLaMA-3-70B (published size 70,553,706,496).
+LLAMA3_70B = (
+    "--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
+    "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+    "--disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type rope "
+    "--vocab-size 128256 --max-position-embeddings 8192 --seq-length 8192 --micro-batch-size 1 --bf16"
+)
+# A tiny GPT (LayerNorm, GeLU, biases, learned positions, tied, dropout 0.1).
+TINY_GPT = (
+    "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+    "--max-position-embeddings 32 --micro-batch-size 2 --vocab-size 1000 --bf16"
+)
+
+
+def flags(text: str, extra: str = "") -> list[str]:
+    return shlex.split(text + " " + extra)
+
+
+def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: str = ""):
+    from megatron_estimator.flags import parse_megatron_argv
+    from megatron_estimator.resolve import resolve_config
+
+    raw, problems = parse_megatron_argv(flags(text, extra))
+    assert not problems, problems
+    return resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {})
+
+
+def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None = None, environ: dict | None = None):
+    from megatron_estimator.memory.model import estimate as run
+
+    return run(resolve(text, world_size, environ, extra), budget=budget, environ=environ or {})
+
+
+def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None):
+    """The problems validation reports, as (code, location) pairs plus the messages."""
+    from megatron_estimator.errors import InvalidInput
+    from megatron_estimator.flags import parse_megatron_argv
+    from megatron_estimator.resolve import resolve_config
+
+    raw, parse_problems = parse_megatron_argv(shlex.split(text))
+    if parse_problems:
+        return list(parse_problems)
+    try:
+        resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {})
+    except InvalidInput as err:
+        return list(err.problems)
+    return []
+
+
+@pytest.fixture
+def shared_calibration():
+    if not CALIBRATION_TSV.is_file():
+        pytest.skip(f"{CALIBRATION_TSV} is not here (the calibration data lives in ../shared)")
+    return CALIBRATION_TSV

@@ -1,0 +1,105 @@
+"""Activation bytes per layer and per stage: exact itemized integers on a tiny GPT."""
+
+from megatron_estimator.memory.activations import layer_activations, loss_activations
+from megatron_estimator.memory.model import chunk_activation_bytes
+
+from conftest import LLAMA3_8B, TINY_GPT, estimate, resolve
+
+# TINY_GPT: s 32, b 2, h 64, a 4 (d 16), F 256, LayerNorm, biases, dropout 0.1, bf16.
+S, B, H, A, F = 32, 2, 64, 4, 256
+TOKENS = S * B
+
+
+def test_flash_attention_layer():
+    layer = layer_activations(resolve(TINY_GPT), 0)
+    norms = 2 * (2 * TOKENS * H + 2 * TOKENS * H + 8 * TOKENS)   # input, normalized output, mu+rsigma
+    masks = 2 * TOKENS * H                                       # two 1-byte dropout masks
+    qkv = 2 * TOKENS * 3 * H                                      # the QKV GEMM output (V is a view)
+    q_copy = 2 * TOKENS * H
+    out = 2 * TOKENS * H
+    softmax_stats = 4 * B * A * S
+    mlp = 2 * TOKENS * F + 2 * TOKENS * F
+    assert layer.norms_and_dropout == norms + masks
+    assert layer.attention == qkv + q_copy + out + softmax_stats
+    assert layer.mlp == mlp
+    assert layer.total == 149504
+
+
+def test_unfused_attention_adds_the_s_squared_terms():
+    flash = layer_activations(resolve(TINY_GPT), 0).total
+    unfused = layer_activations(resolve(TINY_GPT, extra="--attention-backend unfused"), 0).total
+    softmax_stats = 4 * B * A * S
+    s2 = B * A * S * S
+    assert unfused - flash == 2 * s2 + s2 + 2 * s2 - softmax_stats
+    # Korthikanti et al.'s sbh(34 + 5as/h), plus the copied Q (2sbh) and the LayerNorm statistics.
+    assert unfused == S * B * H * (34 + 5 * A * S // H) + 2 * TOKENS * H + 2 * 8 * TOKENS
+
+
+def test_tensor_and_sequence_parallel():
+    t = 2
+    tp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2"), 0)
+    sp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2 --sequence-parallel"), 0)
+    # TP splits attention and MLP; the norms and dropout stay whole unless sequence parallel.
+    assert tp.norms_and_dropout == layer_activations(resolve(TINY_GPT), 0).norms_and_dropout
+    assert sp.norms_and_dropout == tp.norms_and_dropout // t
+    assert tp.mlp == (2 * TOKENS * F + 2 * TOKENS * F) // t
+    assert sp.attention == tp.attention
+
+
+def test_context_parallel_divides_the_sequence():
+    one = layer_activations(resolve(TINY_GPT), 0).total
+    cp2 = layer_activations(resolve(TINY_GPT, 2, extra="--context-parallel-size 2"), 0).total
+    assert cp2 * 2 == one
+
+
+def test_swiglu_keeps_the_wide_fc1_output():
+    layer = layer_activations(resolve(TINY_GPT, extra="--swiglu --ffn-hidden-size 256"), 0)
+    assert layer.mlp == 2 * TOKENS * 2 * F + 2 * TOKENS * F
+
+
+def test_selective_recompute_of_mlp_drops_it():
+    layer = layer_activations(resolve(TINY_GPT, extra="--recompute-granularity selective --recompute-modules mlp"), 0)
+    assert layer.mlp == 0
+
+
+def test_selective_core_attention_recompute_drops_s_squared():
+    base = "--attention-backend unfused"
+    full = layer_activations(resolve(TINY_GPT, extra=base), 0).attention
+    recomputed = layer_activations(resolve(TINY_GPT, extra=base + " --recompute-activations"), 0).attention
+    assert full - recomputed == 5 * B * A * S * S
+
+
+def test_full_recompute_keeps_group_inputs():
+    uniform = resolve(TINY_GPT, extra="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2")
+    from megatron_estimator.layout import pipeline_stages
+
+    chunk = pipeline_stages(uniform)[0].chunks[0]
+    kept, recompute = chunk_activation_bytes(uniform, chunk)
+    per_layer = layer_activations(uniform, 0).total
+    embedding_mask = TOKENS * H
+    loss_kept = loss_activations(uniform)[0]
+    assert kept == 2 * (2 * TOKENS * H) + embedding_mask + loss_kept
+    assert recompute == 2 * per_layer
+
+    block = resolve(TINY_GPT, extra="--recompute-granularity full --recompute-method block --recompute-num-layers 1")
+    chunk = pipeline_stages(block)[0].chunks[0]
+    kept, recompute = chunk_activation_bytes(block, chunk)
+    assert kept == 2 * TOKENS * H + 3 * per_layer + embedding_mask + loss_kept
+    assert recompute == per_layer
+
+
+def test_loss_keeps_fp32_logits():
+    kept, transient = loss_activations(resolve(TINY_GPT))
+    vocab = 1024
+    assert kept == 2 * 2 * TOKENS * H + 8 * TOKENS + 4 * TOKENS * vocab
+    assert transient == 2 * TOKENS * vocab
+
+
+def test_pipeline_stages_hold_microbatches_per_schedule():
+    # pp 4, 8 microbatches: stage r holds min(4 - r, 8) microbatches of its own layers.
+    est = estimate(LLAMA3_8B, 4, "--pipeline-model-parallel-size 4 --global-batch-size 8")
+    assert [s.microbatches_in_flight for s in est.stages] == [(4,), (3,), (2,), (1,)]
+    middle = resolve(LLAMA3_8B, 4, extra="--pipeline-model-parallel-size 4 --global-batch-size 8")
+    per_layer = layer_activations(middle, 8).total
+    assert est.stages[1].bytes.activations == 3 * 8 * per_layer
+    assert est.stages[2].bytes.activations == 2 * 8 * per_layer

@@ -1,0 +1,225 @@
+"""The command line, run as users run it: a subprocess, exit codes, stdout/stderr, exec."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LLAMA3_8B, REPO, TINY_GPT, flags
+
+CLI = [sys.executable, "-m", "megatron_estimator"]
+
+
+def run(args, env=None, cwd=None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_ESTIMATOR_") and k != "WORLD_SIZE"}
+    environ["PYTHONPATH"] = str(REPO)
+    environ.update(env or {})
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, env=environ, cwd=cwd or REPO, timeout=120)
+
+
+def report_schema():
+    return json.loads((REPO / "schemas" / "report.schema.json").read_text())
+
+
+def validate_report(doc):
+    import jsonschema
+
+    jsonschema.validate(doc, report_schema())
+
+
+def test_version():
+    result = run(["--version"])
+    from megatron_estimator import __version__
+
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"megatron-estimator {__version__}"
+
+
+def test_estimate_without_budget_reports_and_exits_0():
+    result = run(["estimate", "--world-size", "8", "--"] + flags(LLAMA3_8B))
+    assert result.returncode == 0, result.stderr
+    assert "world size 8 (--world-size)" in result.stdout
+    assert "budget: none given" in result.stdout
+    assert "parameters: 8,030,261,248" in result.stdout
+
+
+def test_estimate_fits_and_over_budget_exit_codes():
+    args = ["estimate", "--world-size", "8", "--format", "json", "--"] + flags(LLAMA3_8B, "--tensor-model-parallel-size 8")
+    doc = json.loads(run(args).stdout)
+    peak = max(s["device_peak_bytes"] for s in doc["stages"])
+    fits = run(args[:1] + ["--budget", f"{peak}B"] + args[1:])
+    over = run(args[:1] + ["--budget", f"{peak - 1}B"] + args[1:])
+    assert fits.returncode == 0 and json.loads(fits.stdout)["status"] == "fits"
+    assert over.returncode == 1 and json.loads(over.stdout)["status"] == "over_budget"
+    assert json.loads(over.stdout)["stages"][0]["fits"] is False
+
+
+def test_json_report_follows_the_schema():
+    result = run(["estimate", "--world-size", "16", "--budget", "80GiB", "--format", "json", "--"]
+                 + flags(LLAMA3_8B, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --global-batch-size 32"))
+    doc = json.loads(result.stdout)
+    validate_report(doc)
+    assert doc["budget_bytes"] == 80 * 2**30
+    assert doc["parallelism"] == {"tp": 2, "pp": 4, "vpp": None, "cp": 1, "dp": 2, "ep": 1, "etp": 2, "edp": 2}
+    assert [s["pipeline_rank"] for s in doc["stages"]] == [0, 1, 2, 3]
+    assert [s["layers"] for s in doc["stages"]] == [8, 8, 8, 8]
+    stage = doc["stages"][0]
+    assert stage["allocated_peak_bytes"] == sum(stage["bytes"].values())
+    assert stage["device_peak_bytes"] > stage["allocated_peak_bytes"]
+    assert doc["peak_stage"] == max(doc["stages"], key=lambda s: s["device_peak_bytes"])["pipeline_rank"]
+
+
+def test_invalid_input_is_exit_2_with_every_problem_and_no_traceback():
+    result = run(["estimate", "--world-size", "12", "--"] + flags(
+        TINY_GPT, "--tensor-model-paralel-size 4 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "--tensor-model-paralel-size: unknown flag; did you mean --tensor-model-parallel-size? [unknown-flag]" in result.stdout
+    assert "tp(4) x pp(2) x cp(1) = 8 does not divide world size 12" in result.stdout
+
+
+def test_invalid_input_as_json():
+    result = run(["estimate", "--format", "json", "--", "--num-layers", "two"])
+    doc = json.loads(result.stdout)
+    validate_report(doc)
+    assert result.returncode == 2
+    assert doc["status"] == "invalid" and doc["stages"] == []
+    assert doc["problems"][0]["code"] == "invalid-value"
+    assert doc["problems"][0]["location"] == "--num-layers"
+
+
+def test_world_size_from_environment_and_smallest_world():
+    env_result = run(["estimate", "--"] + flags(TINY_GPT), env={"WORLD_SIZE": "4"})
+    assert "world size 4 (WORLD_SIZE=4 in the environment)" in env_result.stdout
+    smallest = run(["estimate", "--"] + flags(TINY_GPT, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"))
+    assert "world size 4 (the smallest world the layout needs (data parallel 1))" in smallest.stdout
+
+
+@pytest.mark.parametrize("budget, expected", [
+    ("80GiB", 80 * 2**30), ("80GB", 80 * 10**9), ("81920MiB", 80 * 2**30), ("80", 80 * 2**30),
+])
+def test_budget_spellings(budget, expected):
+    result = run(["estimate", "--budget", budget, "--format", "json", "--"] + flags(TINY_GPT))
+    assert json.loads(result.stdout)["budget_bytes"] == expected
+
+
+def test_bad_budget_is_exit_2():
+    result = run(["estimate", "--budget", "eighty", "--"] + flags(TINY_GPT))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "--budget" in result.stdout + result.stderr
+
+
+def test_gpu_sets_the_budget():
+    from megatron_estimator.gpus import lookup_gpu
+
+    result = run(["estimate", "--gpu", "h100", "--format", "json", "--"] + flags(TINY_GPT))
+    assert json.loads(result.stdout)["budget_bytes"] == lookup_gpu("h100").total_memory_bytes
+
+
+def test_markdown_format():
+    result = run(["estimate", "--budget", "80GiB", "--format", "markdown", "--"] + flags(TINY_GPT))
+    assert result.returncode == 0
+    assert result.stdout.startswith("### command line: fits")
+    assert "| stage | layers | params |" in result.stdout
+
+
+def test_usage_errors_are_exit_2():
+    assert run(["estimate"]).returncode == 2
+    assert run(["frobnicate"]).returncode == 2
+    assert run([]).returncode == 2
+
+
+# --- run: the prefix on a real launch --------------------------------------------------
+
+DUMP = """\
+import json, os, sys
+with open(os.environ["DUMP_TO"], "w") as f:
+    json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
+"""
+
+
+@pytest.fixture
+def dump_script(tmp_path):
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(DUMP)
+    return script
+
+
+def test_run_execs_the_unchanged_command_when_it_fits(tmp_path, dump_script):
+    out = tmp_path / "dump.json"
+    command = [sys.executable, str(dump_script)] + flags(TINY_GPT, "--data-path '${DATA_PATH}/x' --save /nowhere --save-interval 100")
+    env = {"DUMP_TO": str(out), "SOME_VAR": "kept as is"}
+    result = run(["run", "--budget", "80GiB", "--"] + command, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    dumped = json.loads(out.read_text())
+    assert dumped["argv"] == [str(dump_script)] + command[2:]
+    expected_env = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_ESTIMATOR_") and k != "WORLD_SIZE"}
+    expected_env.update({"PYTHONPATH": str(REPO)}, **env)
+    assert dumped["env"] == expected_env
+
+
+def test_run_refuses_over_budget_without_launching(tmp_path, dump_script):
+    out = tmp_path / "dump.json"
+    command = [sys.executable, str(dump_script)] + flags(TINY_GPT)
+    result = run(["run", "--budget", "0.001", "--"] + command, env={"DUMP_TO": str(out)})
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "OVER BUDGET" in result.stderr
+    assert not out.exists()
+
+
+def test_run_warn_only_launches_anyway(tmp_path, dump_script):
+    out = tmp_path / "dump.json"
+    command = [sys.executable, str(dump_script)] + flags(TINY_GPT)
+    result = run(["run", "--budget", "0.001", "--warn-only", "--"] + command, env={"DUMP_TO": str(out)})
+    assert result.returncode == 0
+    assert "OVER BUDGET" in result.stderr
+    assert json.loads(out.read_text())["argv"][1:] == command[2:]
+
+
+def test_run_refuses_invalid_flags(tmp_path, dump_script):
+    out = tmp_path / "dump.json"
+    command = [sys.executable, str(dump_script)] + flags(TINY_GPT, "--num-layer 3")
+    result = run(["run", "--budget", "80GiB", "--"] + command, env={"DUMP_TO": str(out)})
+    assert result.returncode == 2
+    assert "--num-layer: unknown flag; did you mean --num-layers" in result.stderr
+    assert not out.exists()
+
+
+def test_run_reads_the_world_size_from_torchrun():
+    command = ["torchrun", "--nproc-per-node", "8", "--nnodes", "2", "pretrain_gpt.py"] + flags(
+        LLAMA3_8B, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 3")
+    result = run(["run", "--budget", "80GiB", "--format", "json", "--"] + command)
+    # 16 GPUs do not tile tp 2 x pp 3: refused before launching, with the launcher named.
+    assert result.returncode == 2
+    doc = json.loads(result.stderr)
+    assert "tp(2) x pp(3) x cp(1) = 6 does not divide world size 16" in doc["problems"][0]["message"]
+    assert "torchrun" in doc["problems"][0]["message"]
+
+
+# --- check -----------------------------------------------------------------------------
+
+def test_check_every_file_and_worst_exit_code(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model:\n  num_layers: [\n")
+    result = run(["check", "--budget", "80GiB", str(REPO / "examples" / "llama3-8b.yaml"), str(broken),
+                  str(REPO / "examples" / "llama3_8b_pretrain.sh")])
+    assert result.returncode == 2
+    assert "examples/llama3-8b.yaml:" in result.stdout
+    assert f"{broken}:" in result.stdout and "yaml-syntax" in result.stdout
+    assert result.stdout.count("verdict: FITS") == 2
+
+
+def test_check_json_wraps_several_results():
+    result = run(["check", "--format", "json", str(REPO / "examples" / "llama3-8b.yaml"),
+                  str(REPO / "examples" / "llama3-70b-tight.yaml")])
+    doc = json.loads(result.stdout)
+    validate_report(doc)
+    assert [r["world_size"] for r in doc["results"]] == [8, 64]

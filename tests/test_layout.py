@@ -1,0 +1,63 @@
+"""Pipeline schedule: microbatches in flight per stage, 1F1B and interleaved."""
+
+from megatron_estimator.layout import microbatches_in_flight
+from megatron_estimator.layout_syntax import LayoutSyntaxError, parse_layout
+
+import pytest
+
+
+def test_one_f_one_b_holds_p_minus_r():
+    assert [microbatches_in_flight(4, r, None, 8, 4).chunk_microbatches for r in range(4)] == [(4,), (3,), (2,), (1,)]
+
+
+def test_one_f_one_b_limited_by_microbatches():
+    assert [microbatches_in_flight(4, r, None, 2, 4).chunk_microbatches for r in range(4)] == [(2,), (2,), (2,), (1,)]
+
+
+def test_no_pipeline_holds_one():
+    assert microbatches_in_flight(1, 0, None, 16, 1).chunk_microbatches == (1,)
+
+
+def test_interleaved_rank0_peaks_at_warmup_plus_one():
+    # pp 2, vpp 2, 4 microbatches, groups of 2: rank 0 warms up with
+    # (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards, then holds 5 chunk-microbatches.
+    inflight = microbatches_in_flight(2, 0, 2, 4, 2)
+    assert inflight.warmup == 4
+    assert inflight.chunk_microbatches == (3, 2)
+
+
+def test_interleaved_last_rank():
+    inflight = microbatches_in_flight(2, 1, 2, 4, 2)
+    assert inflight.warmup == 2
+    assert inflight.chunk_microbatches == (2, 1)
+
+
+def test_interleaved_all_warmup_when_few_microbatches():
+    # 8 virtual stages and 4 microbatches: every chunk-microbatch runs forward first.
+    inflight = microbatches_in_flight(4, 0, 8, 4, 4)
+    assert inflight.chunk_microbatches == (4,) * 8
+
+
+def test_heavier_chunk_decides_the_peak_moment():
+    # When chunk 1 weighs more (the loss lives there), the fullest moment has more of it alive.
+    equal = microbatches_in_flight(2, 1, 2, 8, 2)
+    heavy = microbatches_in_flight(2, 1, 2, 8, 2, chunk_weights=(1, 100))
+    assert sum(equal.chunk_microbatches) == 3
+    assert heavy.chunk_microbatches[1] >= equal.chunk_microbatches[1]
+
+
+def test_layout_syntax_expands_groups_and_repeats():
+    assert parse_layout("Et*2|(tt|)*2t|tmL") == (("E", "t", "t"), ("t", "t"), ("t", "t"), ("t",), ("t", "m", "L"))
+    assert parse_layout("E,t|t,L") == (("E", "t"), ("t", "L"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Et|x|L", "invalid layer character 'x'"),
+    ("E(tt|L", "'(' is never closed"),
+    ("E(tt)|L", "must be followed by '*n'"),
+    ("E((t)*2)*2|L", "groups cannot nest"),
+    ("E*|L", "'*' must be followed by a repeat count"),
+])
+def test_layout_syntax_errors(text, message):
+    with pytest.raises(LayoutSyntaxError, match=message.replace("(", r"\(").replace("*", r"\*")):
+        parse_layout(text)

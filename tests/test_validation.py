@@ -1,0 +1,113 @@
+"""Validation: Megatron's checks, every problem at once, each naming the flag."""
+
+import pytest
+
+from conftest import LLAMA3_8B, TINY_GPT, problems_of
+
+
+def codes(text, world_size=1, environ=None):
+    return [(p.code, p.location) for p in problems_of(text, world_size, environ)]
+
+
+def test_valid_configs_have_no_problems():
+    assert codes(TINY_GPT) == []
+    assert codes(LLAMA3_8B + " --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4", 64) == []
+
+
+def test_world_size_product_explains_the_arithmetic():
+    problems = problems_of(TINY_GPT + " --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2", 12)
+    assert [(p.code, p.location) for p in problems] == [("world-size-not-divisible", "--tensor-model-parallel-size")]
+    assert "tp(4) x pp(2) x cp(1) = 8 does not divide world size 12" in problems[0].message
+
+
+def test_expert_layout_product():
+    problems = problems_of(TINY_GPT + " --num-experts 8 --expert-model-parallel-size 4", 6)
+    assert ("expert-world-size-not-divisible", "--expert-model-parallel-size") in [(p.code, p.location) for p in problems]
+    assert any("etp(1) x ep(4) x pp(1) = 4 does not divide world size 6" in p.message for p in problems)
+
+
+def test_all_problems_at_once():
+    text = (TINY_GPT + " --num-layers 5 --pipeline-model-parallel-size 2 --seq-length 64 "
+            "--global-batch-size 3 --recompute-granularity full")
+    assert codes(text, 2) == [
+        ("seq-length-exceeds-positions", "--seq-length"),
+        ("global-batch-not-divisible", "--global-batch-size"),
+        ("layers-not-divisible-by-pp", "--num-layers"),
+        ("recompute-method-required", "--recompute-granularity"),
+        ("recompute-num-layers-required", "--recompute-granularity"),
+    ]
+
+
+@pytest.mark.parametrize("extra, world, expected", [
+    ("--num-attention-heads 3", 1, ("heads-not-dividing-hidden", "--num-attention-heads")),
+    ("--num-attention-heads 4 --tensor-model-parallel-size 8", 8, ("heads-not-divisible-by-tp", "--num-attention-heads")),
+    ("--group-query-attention --num-query-groups 3 --num-attention-heads 4 --kv-channels 16 --tensor-model-parallel-size 2", 2,
+     ("query-groups-vs-tp", "--num-query-groups")),
+    ("--context-parallel-size 3 --seq-length 32", 3, ("seq-length-vs-cp", "--seq-length")),
+    ("--expert-model-parallel-size 2", 2, ("ep-without-experts", "--expert-model-parallel-size")),
+    ("--num-experts 6 --expert-model-parallel-size 4", 4, ("experts-not-divisible-by-ep", "--num-experts")),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --num-virtual-stages-per-pipeline-rank 2", 2,
+     ("conflicting-virtual-pipeline-flags", "--num-virtual-stages-per-pipeline-rank")),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 1", 4,
+     ("uneven-split-invalid", "--decoder-first-pipeline-num-layers")),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6", 2,
+     ("interleaved-microbatches", "--global-batch-size")),
+    ("--recompute-activations --recompute-method uniform", 1, ("recompute-method-with-selective", "--recompute-method")),
+    ("--overlap-param-gather", 1, ("overlap-param-gather-needs-dist-opt", "--overlap-param-gather")),
+    ("--exp-avg-dtype bf16", 1, ("dtype-needs-precision-aware-optimizer", "--exp-avg-dtype")),
+    ("--optimizer-cpu-offload", 1, ("cpu-offload-needs-precision-aware-optimizer", "--optimizer-cpu-offload")),
+    ("--fp16", 1, ("conflicting-precision", "--fp16")),
+    ("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te", 1, ("te-cross-entropy-disabled", "--cross-entropy-fusion-impl")),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tt|tL", 2, ("invalid-layout", "--pipeline-model-parallel-layout")),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Ett|ttL --decoder-first-pipeline-num-layers 2", 2,
+     ("layout-conflict", "--decoder-first-pipeline-num-layers")),
+    ("--multi-latent-attention --group-query-attention", 1, ("mla-with-gqa", "--group-query-attention")),
+    ("--tensor-model-parallel-size 2 --tp-comm-overlap", 2, ("tp-comm-overlap-needs-sp", "--tp-comm-overlap")),
+    ("--lr 0.1 --min-lr 0.5", 1, ("min-lr-exceeds-lr", "--min-lr")),
+    ("--distribute-saved-activations", 1, ("distribute-saved-activations", "--distribute-saved-activations")),
+])
+def test_each_megatron_rule(extra, world, expected):
+    assert expected in codes(TINY_GPT + " " + extra, world)
+
+
+def test_layout_message_names_the_fault():
+    problems = problems_of(TINY_GPT + " --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tt|tL", 2)
+    assert problems[0].message == "the layout has 3 stages, not a multiple of pp(2)"
+    problems = problems_of(TINY_GPT + " --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|ttL", 2)
+    assert "'Et|ttL': the layout has 3 transformer layers 't' but --num-layers is 4" in [p.message for p in problems]
+
+
+def test_attention_backend_conflicting_with_environment():
+    problems = problems_of(TINY_GPT, 1, environ={"NVTE_FLASH_ATTN": "0"})
+    assert [(p.code, p.location) for p in problems] == [("attention-backend-env-conflict", "--attention-backend")]
+    assert "NVTE_FLASH_ATTN=0" in problems[0].message
+    assert codes(TINY_GPT + " --attention-backend unfused", 1, {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0"}) == []
+
+
+def test_schema_types_and_ranges():
+    assert codes(TINY_GPT + " --hidden-dropout 1.5") == [("out-of-range", "--hidden-dropout")]
+    assert codes(TINY_GPT + " --num-layers 0") == [("out-of-range", "--num-layers")]
+
+
+def test_missing_required_flags():
+    problems = problems_of("--num-layers 2 --bf16")
+    assert [(p.code, p.location) for p in problems] == [
+        ("missing-required", "--hidden-size"), ("missing-required", "--num-attention-heads"),
+        ("missing-required", "--max-position-embeddings"), ("missing-required", "--micro-batch-size"),
+        ("missing-required", "--seq-length"),
+    ]
+
+
+def test_unknown_vocabulary_asks_for_vocab_size():
+    text = TINY_GPT.replace("--vocab-size 1000", "--tokenizer-type SentencePieceTokenizer --tokenizer-model /nonexistent/tok.model")
+    problems = problems_of(text)
+    assert [(p.code, p.location) for p in problems] == [("unknown-vocab-size", "--tokenizer-type")]
+    assert "pass --vocab-size" in problems[0].message
+
+
+def test_sequence_parallel_dropped_at_tp1_is_said():
+    from conftest import resolve
+
+    config = resolve(TINY_GPT + " --sequence-parallel")
+    assert config.training.sequence_parallel is False
+    assert any("sequence parallel is off" in note for note in config.notes)
