@@ -2,63 +2,83 @@
 
 The estimator is checked against this module, so every number here comes from running
 megatron-core's own model-building code (``GPTModel`` with ``get_gpt_layer_local_spec`` /
-``get_gpt_decoder_block_spec`` / ``get_gpt_mtp_block_spec``), never from a formula.
-torch and megatron-core are imported lazily, inside the functions; tests that use this
-module call :func:`megatron_core_available` and skip with its reason when they are absent.
+``get_gpt_decoder_block_spec`` / ``get_gpt_mtp_block_spec``, chosen as
+megatron/training/models/gpt.py chooses them), never from a formula.  torch and megatron-core
+are imported lazily, inside the functions; tests call :func:`megatron_core_available` and skip
+with its reason when they are absent.  Everything runs in-process (a few hundred ms per
+configuration after megatron-core's ~10 s import); each call sets up and tears down its own
+fake process group and ``parallel_state``.
 
 Public API
 ==========
 
 ``megatron_core_available() -> tuple[bool, str]``
-    Whether torch + megatron-core can be imported here, and why not.
+    Whether torch + megatron-core import here ("megatron-core 0.16.1"), or why not.
 
 ``reference_parameter_counts(spec: Mapping) -> list[StageCount]``
     Builds the model on the meta device once per pipeline rank and virtual stage, with
-    torch.distributed running on the single-process ``fake`` backend and megatron's
-    ``parallel_state`` initialised for the requested TP/PP/CP/EP/ETP sizes, and returns the
-    parameters one GPU of that stage holds (TP rank 0, EP rank 0: every rank of a stage holds
-    the same shapes because megatron-core asserts even divisibility).  Each
-    :class:`StageCount` itemises every parameter tensor (:class:`ParamCount`) and sums them
-    by module prefix (``embedding``, ``decoder.layers``, ``decoder.final_layernorm``,
-    ``output_layer``, ``mtp``).  ``total`` is what the local spec builds; ``te_total`` is
-    what the Transformer Engine spec would hold on that GPU (see "Local vs TE spec").
+    torch.distributed on the single-process ``fake`` backend (what Megatron's
+    ``--fake-process-group`` does, megatron/training/initialize.py) and ``parallel_state``
+    initialised for the spec's TP/PP/CP/EP/ETP/VPP sizes, this process playing TP/CP/EP/DP
+    rank 0 of each pipeline rank in turn.  Returns, ordered by pipeline rank then virtual
+    stage, the parameters one GPU of that stage holds (every rank of a stage holds the same
+    shapes: megatron-core asserts even splits).  A :class:`StageCount` lists every tensor
+    (:class:`ParamCount`, named with global layer numbers) and sums by prefix
+    (``embedding``, ``decoder.layers``, ``decoder.final_layernorm``, ``output_layer``,
+    ``mtp``).  ``total`` is what the local spec builds, ``te_total`` what the Transformer
+    Engine spec holds on that GPU (see "Local vs TE spec").
 
 ``saved_activation_bytes(spec, seq_length, micro_batch_size, dtype="bf16", kernels="gpu")
 -> ActivationMeasurement``
-    Runs one real forward pass (tiny shapes, real CPU tensors) of a GPTModel built with the
-    local spec -- embedding, ``num_layers`` decoder layers, final norm, output layer and the
-    vocab-parallel cross-entropy loss -- under ``torch.autograd.graph.saved_tensors_hooks``
-    and records every tensor autograd saves for backward, deduplicated by storage
-    (``untyped_storage().data_ptr()``; a saved view keeps its whole storage alive, so bytes are
-    the storage's ``nbytes``).  Parameters are excluded.  Each storage is attributed to the
-    module that saved it first; storages saved by more than one decoder layer (the attention
-    mask, a RoPE table) are reported as ``shared``.  ``kernels="gpu"`` substitutes, on the
-    CPU, the saving behaviour of the kernels a CUDA run uses (listed below); ``kernels="cpu"``
-    reports what the CPU kernels save.  TP>1 (with or without sequence parallel) runs on the
-    fake process group: shapes are exact, values after a fake all-gather are garbage (which
-    does not change what is saved).  MoE layers should be measured with TP=EP=1 (routing then
-    runs on real values; see the MoE note below).
+    Builds the whole model as one stage (pipeline keys are ignored: what a layer saves does
+    not depend on its stage) on the CPU with real tiny tensors, wraps it in Float16Module as
+    Megatron does, and runs one training-mode forward pass with the loss -- embedding,
+    ``num_layers`` decoder layers, final norm, output layer, vocab-parallel cross entropy --
+    under ``torch.autograd.graph.saved_tensors_hooks``.  Every saved tensor is recorded once
+    per storage (``untyped_storage().data_ptr()``: a saved view keeps its whole storage
+    alive, so bytes are the storage's ``nbytes``), parameters excluded, and only storages
+    the autograd graph still holds when the forward pass ends are reported (megatron builds
+    some graph pieces that it then drops, e.g. the bias-dropout-add it runs under
+    ``torch.enable_grad`` inside a fully recomputed chunk).  Each storage is attributed to
+    the module that saved it first, the torch function that saved it (``op``) and the
+    megatron source line (``site``), and grouped: ``layer`` (with the 0-based layer index;
+    a layer's input belongs to that layer), ``shared`` (saved by more than one layer, or a
+    decoder-wide input: the attention mask, the RoPE table), ``embedding``,
+    ``final_layernorm``, ``output_layer``, ``loss``, ``mtp``, ``host`` (CPU tensors on a GPU
+    run too: the fused softmax's scale, the checkpointed attention's mask-type tensor).
+    ``kernels="gpu"`` gives the CPU run the saving behaviour of the CUDA kernels (table
+    below); ``kernels="cpu"`` reports what this machine's kernels save.  TP > 1, with or
+    without sequence parallelism, runs on the fake process group: shapes are exact, values
+    after a fake collective are garbage, which changes nothing that is saved for dense
+    layers.  Measure MoE layers with TP = EP = 1 so that routing runs on real values (the
+    total routed bytes do not depend on the routing; per-expert shares do).  Context
+    parallelism needs TEDotProductAttention and is refused.
 
 ``PUBLISHED_MODELS: dict[str, PublishedModel]``
-    The Megatron flags (as a spec) for LLaMA-3-8B, LLaMA-3-70B, Mixtral-8x7B and
-    DeepSeek-V2-Lite, with their published parameter counts.
+    Specs (and the equivalent Megatron flags) that rebuild LLaMA-3-8B, LLaMA-3-70B,
+    Mixtral-8x7B and DeepSeek-V2-Lite exactly, with their published parameter counts.  They
+    give the unpadded ``vocab_size`` so that padding follows TP as in Megatron.
+
+``SpecError``: raised for unknown or missing spec keys and for configurations megatron-core
+rejects (its message included).
 
 Spec keys (Megatron argument dests)
 ===================================
 Model: ``num_layers``, ``hidden_size``, ``num_attention_heads`` (required);
-``num_query_groups`` (None: = heads; ignored when ``group_query_attention`` is given False),
-``ffn_hidden_size`` (default 4h, or ``int(4h*2/3/64)*64`` with swiglu, as Megatron),
-``kv_channels`` (default h/a), ``padded_vocab_size`` or ``vocab_size`` (padded like Megatron
-to a multiple of ``make_vocab_size_divisible_by`` (128) * TP), ``max_position_embeddings``,
-``position_embedding_type`` (learned_absolute), ``rotary_percent``, ``rotary_base``,
-``normalization`` (LayerNorm), ``norm_epsilon``, ``swiglu`` / ``squared_relu`` (Megatron
-flags) or ``gated_linear_unit`` + ``activation`` (gelu | silu | squared_relu | swiglu),
-``add_bias_linear`` (True), ``add_qkv_bias``, ``qk_layernorm``,
-``untie_embeddings_and_output_weights`` (False), ``hidden_dropout`` / ``attention_dropout``
-(0.1), ``num_experts``, ``moe_ffn_hidden_size``, ``moe_router_topk``,
+``num_query_groups`` (taken as given, None = heads; ``group_query_attention=False`` drops
+it, as a command line without --group-query-attention does), ``ffn_hidden_size`` (default
+4h, or ``int(4h*2/3/64)*64`` with swiglu), ``kv_channels`` (default h/a),
+``padded_vocab_size`` or ``vocab_size`` (padded to a multiple of
+``make_vocab_size_divisible_by`` (128) * TP, megatron/training/vocab_utils.py),
+``max_position_embeddings``, ``position_embedding_type`` (learned_absolute),
+``rotary_percent``, ``rotary_base``, ``normalization`` (LayerNorm), ``norm_epsilon``,
+``swiglu`` / ``squared_relu`` (Megatron flags) or ``gated_linear_unit`` + ``activation``
+(gelu | silu | squared_relu | swiglu), ``add_bias_linear`` (True), ``add_qkv_bias``,
+``qk_layernorm``, ``untie_embeddings_and_output_weights`` (False), ``hidden_dropout`` /
+``attention_dropout`` (0.1), ``num_experts``, ``moe_ffn_hidden_size``, ``moe_router_topk``,
 ``moe_shared_expert_intermediate_size``, ``moe_layer_freq`` (int, list, or Megatron's string
-form ``"[0]*1+[1]*26"``), ``moe_grouped_gemm``, ``multi_latent_attention`` with
-``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``,
+form ``"([0]*1+[1]*26)"``), ``moe_grouped_gemm``, ``multi_latent_attention`` with
+``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``;
 ``mtp_num_layers``.
 Parallelism: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
 ``context_parallel_size``, ``expert_model_parallel_size``, ``expert_tensor_parallel_size``
@@ -66,58 +86,76 @@ Parallelism: ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
 / ``num_layers_per_virtual_pipeline_stage`` / ``virtual_pipeline_model_parallel_size``,
 ``decoder_first_pipeline_num_layers``, ``decoder_last_pipeline_num_layers``,
 ``account_for_embedding_in_pipeline_split``, ``account_for_loss_in_pipeline_split``,
-``pipeline_model_parallel_layout``.
+``pipeline_model_parallel_layout`` (its stage count sets the VPP size, as in Megatron).
 Activations: ``recompute_granularity`` / ``recompute_activations``, ``recompute_method``,
 ``recompute_num_layers``, ``recompute_modules``, ``masked_softmax_fusion`` (True),
-``bias_gelu_fusion`` (True; False without biases), ``bias_swiglu_fusion`` (True),
-``bias_dropout_fusion`` (True), ``apply_rope_fusion`` (True; False unless rope),
+``bias_gelu_fusion`` (True; off without biases), ``bias_swiglu_fusion`` (True),
+``bias_dropout_fusion`` (True), ``apply_rope_fusion`` (True; only with rope),
 ``attention_softmax_in_fp32`` (False; True with ``apply_query_key_layer_scaling``),
-``cross_entropy_loss_fusion``, ``fp16_lm_cross_entropy``.
-Any other key that names a ``TransformerConfig`` / ``MLATransformerConfig`` field is passed
-through unchanged (as Megatron's ``core_transformer_config_from_args`` does); any other key is
-rejected with :class:`SpecError`.
+``cross_entropy_loss_fusion``, ``fp16_lm_cross_entropy``,
+``create_attention_mask_in_dataloader`` (True).  Defaults in parentheses are Megatron's
+argparse defaults where they differ from TransformerConfig's.  Any other key naming a
+``TransformerConfig`` / ``MLATransformerConfig`` field passes through unchanged (as
+``core_transformer_config_from_args`` does); anything else raises :class:`SpecError`.
 
-Local vs TE spec (parameters; read from megatron/core/models/gpt/gpt_layer_specs.py and
+Local vs TE spec (parameters; megatron/core/models/gpt/gpt_layer_specs.py,
 megatron/core/transformer/multi_latent_attention.py)
 ======================================================================================
 - The TE spec folds ``input_layernorm`` into ``linear_qkv`` (TELayerNormColumnParallelLinear:
   ``layer_norm_weight`` [+ ``layer_norm_bias``]) and, for dense MLPs, ``pre_mlp_layernorm``
   into ``linear_fc1``; MoE layers keep a separate ``pre_mlp_layernorm``; with MLA and
-  ``qk_layernorm`` the q/kv norms fold into ``linear_q_up_proj`` / ``linear_kv_up_proj``.
-  Same element counts, different names.
+  ``qk_layernorm`` the q / kv norms fold into ``linear_q_up_proj`` / ``linear_kv_up_proj``.
+  Same element counts, other names.
 - MLA down projections (``linear_q_down_proj``, ``linear_kv_down_proj``) are ``TELinear`` with
-  ``parallel_mode="duplicated"`` in the TE spec -- replicated on every TP rank -- but
+  ``parallel_mode="duplicated"`` in the TE spec -- whole on every TP rank -- but
   ``ColumnParallelLinear`` (split over TP) in the local spec.  ``te_numel`` / ``te_total``
-  apply exactly that difference; nothing else differs per GPU.
-- TEGroupedMLP vs the local SequentialMLP / legacy GroupedMLP: same total expert weights.
+  apply exactly that; nothing else differs per GPU.
+- ``moe_grouped_gemm``: the local spec's legacy GroupedMLP needs the ``grouped_gemm`` CUDA
+  package, so the harness builds SequentialMLP, which holds the same expert weights (per
+  expert fc1 ``h x F`` (``2F`` gated) / ETP, fc2 ``F / ETP x h``), as TEGroupedMLP does.
 
-Saved activations: CPU kernels vs the GPU kernels (``kernels="gpu"`` emulates the right column)
-=============================================================================================
+Saved activations: CPU kernels vs CUDA kernels (``kernels="gpu"`` emulates the right column)
+==========================================================================================
 ============================  ==================================  ==============================
 op                            CPU (this machine, torch 2.13)      CUDA
 ============================  ==================================  ==============================
-dropout p in (0,1)            ``_dropout``: noise tensor in the   ``native_dropout``: bool mask,
+dropout, 0 < p < 1            ``_dropout``: a noise tensor in the ``native_dropout``: bool mask,
 (aten/native/Dropout.cpp)     input dtype (2 B/elt in bf16)       1 B/elt
-LayerNorm statistics          mean, rstd in the param dtype       mean, rstd in fp32 (acc type):
-(native_layer_norm)           (bf16: 2 B per row each)            4 B per row each
-RMSNorm (torch.nn.RMSNorm ->  composite: fp32 upcast input,       ``_fused_rms_norm`` kernel:
+LayerNorm statistics          mean, rstd in the param dtype       mean, rstd in fp32 (the acc
+(native_layer_norm)           (bf16: 2 B per row each)            type): 4 B per row each
+RMSNorm (torch.nn.RMSNorm ->  composite: fp32 copy of the input,  ``_fused_rms_norm`` kernel:
 ``_fused_rms_norm``)          fp32 rstd, fp32 normalised copy     input (bf16) + fp32 rstd
-masked softmax (megatron      torch path: bool mask saved by      ScaledUpperTriangMasked-
-FusedScaleMaskSoftmax)        masked_fill_, probs saved by        Softmax when
-                              softmax (fp32 when softmax_in_fp32) ``is_kernel_available``
-                                                                  (bf16/fp16, 16<sk<=4096,
-                                                                  sq,sk,b*np % 4, b*np % bpb):
-                                                                  only the probs in the input
-                                                                  dtype, no mask
-RoPE with apply_rope_fusion   needs Transformer Engine: the       TE FusedRoPEFunc saves only
-                              unfused path saves cos/sin (in the  the shared fp32 freqs table
-                              input dtype) per q/k call
+megatron FusedScaleMask-      no fused kernel: torch path saves   ScaledUpperTriangMasked-
+Softmax                       the bool mask (masked_fill_, once   Softmax when
+                              for all layers) and the probs       ``is_kernel_available`` (bf16 /
+                              (fp32 with softmax_in_fp32)         fp16, 16 < sk <= 4096, sq, sk,
+                                                                  b*np % 4, b*np % batch-per-
+                                                                  block): only the probs, in
+                                                                  the input dtype; no mask
+RoPE with apply_rope_fusion   needs Transformer Engine; the       TE FusedRoPEFunc saves only
+                              unfused path saves cos and sin (in  the fp32 freqs table, shared
+                              the input dtype) per q / k call     by all layers
 ============================  ==================================  ==============================
-GeLU / SwiGLU (megatron's fused autograd Functions), linear layers, bmm/baddbmm, embedding,
-cross entropy and MoE permutation save the same tensors on both.  ``torch.compile``'d
-megatron helpers (bias-dropout-add, the inner swiglu/gelu math) run eagerly here (dynamo is
-disabled); on a GPU the compiled bias-dropout-add keeps the same 1-byte mask.  The fused
-bias-dropout-add on GPU saves the dropout mask only (the eager path saves the same).
+The emulations (exact forward and backward, checked in tests) assume the CUDA kernels that a
+GPU run of the local spec uses: apex's ``scaled_*_softmax_cuda`` extensions (without them
+megatron-core 0.16.1 raises ImportError in ``is_kernel_available``) and Transformer Engine's
+fused RoPE.  Not emulated: MLA's fused RoPE (a Triton kernel; its unfused path is measured)
+and ``torch.compile``: megatron's compiled helpers (bias-dropout-add, inner GeLU / SwiGLU math)
+run eagerly here.  Megatron's own autograd Functions (GeLU, SwiGLU, linear layers, router
+GEMM, vocab-parallel cross entropy, checkpointing) save the same tensors on both.
+
+What the harness changes so that megatron-core runs here (all inside context managers)
+=======================================================================================
+``torch.cuda.current_device()`` names the CPU and ``Tensor.cuda()`` is the identity
+(megatron allocates buffers on ``current_device()`` and moves the duplicated tied embedding
+with ``.cuda()``); the CUDA RNG tracker forks nothing; dynamo is disabled; without TE,
+``multi_latent_attention.HAVE_TE`` is False (TE's MagicMock placeholders otherwise break its
+isinstance checks) and ``moe_utils.te_general_gemm`` is None (0.16.1 leaves it unbound);
+MLA's core attention is DotProductAttention with the ``v_head_dim`` output width (the local
+spec passes ``k_channels`` / ``v_channels`` that only TEDotProductAttention accepts); with
+sequence parallelism the torch norms are built as apex's FusedLayerNorm would be (the torch
+wrapper refuses SP; local-spec RMSNorm cannot run SP in 0.16.1 at all); the attention mask
+is passed as Megatron's dataloader builds it (the local fallback creates it on "cuda").
 """
 
 from __future__ import annotations
@@ -127,7 +165,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 __all__ = [
@@ -263,7 +301,8 @@ class ActivationMeasurement:
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
+        """Device bytes: every group but ``host``."""
+        return sum(t.nbytes for t in self.tensors if t.group != "host")
 
     def to_json(self) -> dict:
         groups = sorted({t.group for t in self.tensors})
