@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the exit code is the worst verdict.",
                        allow_abbrev=False)
     _common(p)
+    p.add_argument("--skip-unknown", action="store_true",
+                   help="pass over files that are not training inputs instead of calling them invalid "
+                        "(for pre-commit and globs): YAML or JSON in none of the formats above, and "
+                        "scripts that name no pretrain*.py and none of --num-layers, --hidden-size, "
+                        "--num-attention-heads, --yaml-cfg; each is named on stderr, left out of the "
+                        "report, and exits 0. A training input that is broken is still invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
     return parser
 
@@ -215,6 +221,34 @@ def cmd_run(ns, environ) -> int:
     return verdict.exit_code
 
 
+# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
+# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
+_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
+                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
+
+
+def _not_a_training_input(path: str) -> str | None:
+    """Why ``check --skip-unknown`` passes over this file, or None to check it.
+
+    A file that is missing or unreadable is checked (and reported), never passed over."""
+    import re
+    from pathlib import Path
+
+    from .loaders.detect import detect_format
+
+    if not Path(path).exists() or not os.access(path, os.R_OK):
+        return None
+    kind = detect_format(path)
+    if kind == "unknown":
+        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
+    if kind == "shell":
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            if re.search(_TRAINING_LAUNCH_MARK, handle.read()) is None:
+                return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
+                       "--num-attention-heads or --yaml-cfg in it)"
+    return None
+
+
 def cmd_check(ns, environ) -> int:
     from .api import evaluate, input_from_file
 
@@ -226,12 +260,17 @@ def cmd_check(ns, environ) -> int:
         return code
     verdicts = []
     for path in ns.files:
+        skipped = _not_a_training_input(path) if ns.skip_unknown else None
+        if skipped is not None:
+            _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
+            continue
         inp, file_problems = input_from_file(path, environ=environ)
         world, world_source = (ns.world_size, "--world-size") if ns.world_size else (None, None)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, **_estimate_options(settings)))
-    _emit(_render(verdicts, fmt), sys.stdout)
-    return max(v.exit_code for v in verdicts)
+    if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
+        _emit(_render(verdicts, fmt), sys.stdout)
+    return max((v.exit_code for v in verdicts), default=EXIT_FITS)
 
 
 COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check}

@@ -123,8 +123,10 @@ dropout, 0 < p < 1            ``_dropout``: a noise tensor in the ``native_dropo
 (aten/native/Dropout.cpp)     input dtype (2 B/elt in bf16)       1 B/elt
 LayerNorm statistics          mean, rstd in the param dtype       mean, rstd in fp32 (the acc
 (native_layer_norm)           (bf16: 2 B per row each)            type): 4 B per row each
-RMSNorm (torch.nn.RMSNorm ->  composite: fp32 copy of the input,  ``_fused_rms_norm`` kernel:
-``_fused_rms_norm``)          fp32 rstd, fp32 normalised copy     input (bf16) + fp32 rstd
+RMSNorm (torch.nn.RMSNorm ->  composite: fp32 copy of the input,  ``_fused_rms_norm`` kernel
+``_fused_rms_norm``)          fp32 rstd, fp32 normalised copy     (torch >= 2.8): input (bf16)
+                                                                  + fp32 rstd; older torch
+                                                                  runs the composite, as CPU
 megatron FusedScaleMask-      no fused kernel: torch path saves   ScaledUpperTriangMasked-
 Softmax                       the bool mask (masked_fill_, once   Softmax when
                               for all layers) and the probs       ``is_kernel_available`` (bf16 /
@@ -454,12 +456,14 @@ def _normalize(spec: Mapping[str, Any]) -> _Normalized:
     bias_linear = bool(spec.get("add_bias_linear", True))
     bias_gelu_fusion = bool(spec.pop("bias_gelu_fusion")) and bias_linear
     bias_swiglu_fusion = bool(spec.pop("bias_swiglu_fusion"))
-    if swiglu:
+    # megatron/core/transformer/mlp.py fuses only (gated) GeLU and gated SiLU; Megatron takes
+    # --bias-swiglu-fusion with --swiglu and --bias-gelu-fusion otherwise.
+    if act is F.silu and gated:
         bias_activation_fusion = bias_swiglu_fusion
-    elif relu2:
-        bias_activation_fusion = False  # megatron-core fuses only gelu and swiglu
-    else:
+    elif act is F.gelu:
         bias_activation_fusion = bias_gelu_fusion
+    else:
+        bias_activation_fusion = False
 
     ffn = spec.get("ffn_hidden_size")
     if ffn is None:  # megatron/training/arguments.py validate_args
@@ -651,16 +655,19 @@ def _parallel_state(norm: _Normalized, pipeline_rank: int) -> Iterator[None]:
     rank = pipeline_rank * per_stage
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     try:
-        with _quiet():
-            ps.initialize_model_parallel(
-                tensor_model_parallel_size=norm.tp,
-                pipeline_model_parallel_size=norm.pp,
-                virtual_pipeline_model_parallel_size=norm.vpp,
-                context_parallel_size=norm.cp,
-                expert_model_parallel_size=norm.ep,
-                expert_tensor_parallel_size=norm.etp,
-                create_gloo_process_groups=False,
-            )
+        try:
+            with _quiet():
+                ps.initialize_model_parallel(
+                    tensor_model_parallel_size=norm.tp,
+                    pipeline_model_parallel_size=norm.pp,
+                    virtual_pipeline_model_parallel_size=norm.vpp,
+                    context_parallel_size=norm.cp,
+                    expert_model_parallel_size=norm.ep,
+                    expert_tensor_parallel_size=norm.etp,
+                    create_gloo_process_groups=False,
+                )
+        except (AssertionError, RuntimeError, ValueError) as exc:
+            raise SpecError(f"megatron-core rejects the parallel sizes: {exc}") from exc
         assert ps.get_pipeline_model_parallel_rank() == pipeline_rank
         assert ps.get_tensor_model_parallel_rank() == 0
         yield
@@ -765,7 +772,7 @@ def _layer_spec(config, norm: _Normalized, vp_stage: int | None, pipeline_rank: 
         qk_l2_norm=config.qk_l2_norm)
 
 
-def _mtp_spec(config, layer_spec, vp_stage: int | None, pipeline_rank: int):
+def _mtp_spec(config, vp_stage: int | None, pipeline_rank: int):
     """megatron/training/models/gpt.py mtp_block_spec: the MTP layer reuses the spec of the
     last decoder layer of the whole model."""
     if not config.mtp_num_layers:
@@ -867,37 +874,43 @@ def _patch_mla_core_attention(spec, replacement, seen=None) -> None:
 
 
 def _build_gpt(config, norm: _Normalized, pipeline_rank: int, vp_stage: int | None):
+    """One model chunk, as megatron/training/models/gpt.py GPTModelBuilder.build_model makes
+    it: pre_process on the first chunk of PP rank 0, post_process on the last of the last."""
     from megatron.core.models.gpt import GPTModel
 
-    vp_size = norm.vpp
+    chunks = norm.vpp or 1
     first_chunk = vp_stage is None or vp_stage == 0
-    last_chunk = vp_stage is None or vp_stage == (vp_size or 1) - 1
-    layer_spec = _layer_spec(config, norm, vp_stage, pipeline_rank)
-    mtp_spec = _mtp_spec(config, layer_spec, vp_stage, pipeline_rank)
-    if norm.mla:
-        replacement = _mla_core_attention_class()
-        _patch_mla_core_attention(layer_spec, replacement)
-        _patch_mla_core_attention(mtp_spec, replacement)
-    with _quiet(), _norms_accept_sequence_parallel(config):
-        return GPTModel(
-            config=config,
-            transformer_layer_spec=layer_spec,
-            vocab_size=norm.vocab_size,
-            max_sequence_length=norm.max_sequence_length,
-            pre_process=pipeline_rank == 0 and first_chunk,
-            post_process=pipeline_rank == norm.pp - 1 and last_chunk,
-            fp16_lm_cross_entropy=norm.fp16_lm_cross_entropy,
-            parallel_output=True,
-            share_embeddings_and_output_weights=norm.share_embeddings_and_output_weights,
-            position_embedding_type=norm.position_embedding_type,
-            rotary_percent=norm.rotary_percent,
-            rotary_base=norm.rotary_base,
-            rope_scaling=norm.rope_scaling,
-            rope_scaling_factor=norm.rope_scaling_factor,
-            seq_len_interpolation_factor=norm.seq_len_interpolation_factor,
-            mtp_block_spec=mtp_spec,
-            vp_stage=vp_stage,
-        )
+    last_chunk = vp_stage is None or vp_stage == chunks - 1
+    try:
+        layer_spec = _layer_spec(config, norm, vp_stage, pipeline_rank)
+        mtp_spec = _mtp_spec(config, vp_stage, pipeline_rank)
+        if norm.mla:
+            replacement = _mla_core_attention_class()
+            _patch_mla_core_attention(layer_spec, replacement)
+            _patch_mla_core_attention(mtp_spec, replacement)
+        with _quiet(), _norms_accept_sequence_parallel(config):
+            return GPTModel(
+                config=config,
+                transformer_layer_spec=layer_spec,
+                vocab_size=norm.vocab_size,
+                max_sequence_length=norm.max_sequence_length,
+                pre_process=pipeline_rank == 0 and first_chunk,
+                post_process=pipeline_rank == norm.pp - 1 and last_chunk,
+                fp16_lm_cross_entropy=norm.fp16_lm_cross_entropy,
+                parallel_output=True,
+                share_embeddings_and_output_weights=norm.share_embeddings_and_output_weights,
+                position_embedding_type=norm.position_embedding_type,
+                rotary_percent=norm.rotary_percent,
+                rotary_base=norm.rotary_base,
+                rope_scaling=norm.rope_scaling,
+                rope_scaling_factor=norm.rope_scaling_factor,
+                seq_len_interpolation_factor=norm.seq_len_interpolation_factor,
+                mtp_block_spec=mtp_spec,
+                vp_stage=vp_stage,
+            )
+    except (AssertionError, ValueError) as exc:
+        # megatron-core checks shapes with asserts (divide(), layouts) while building
+        raise SpecError(f"megatron-core rejects the configuration: {exc}") from exc
 
 
 def _global_layer_names(model) -> dict[str, str]:
@@ -949,10 +962,7 @@ def reference_parameter_counts(spec: Mapping[str, Any]) -> list[StageCount]:
             config = _make_config(norm, perform_initialization=False, sequence_parallel=False)
             for vp_stage in stages:
                 with torch.device("meta"):
-                    try:
-                        model = _build_gpt(config, norm, rank, vp_stage)
-                    except AssertionError as exc:
-                        raise SpecError(f"megatron-core rejects the configuration: {exc}") from exc
+                    model = _build_gpt(config, norm, rank, vp_stage)
                 results.append(_count_stage(model, norm, rank, vp_stage))
                 del model
     return results
@@ -1280,17 +1290,26 @@ class _SavedTensorRecorder:
         import os
         import sys
         frame = sys._getframe(2)
-        site, caller = "?", "?"
+        site, caller, emulated = "?", "?", None
         marker = os.sep + "megatron" + os.sep
         here = os.path.abspath(__file__)
         while frame is not None:
             path = frame.f_code.co_filename
+            if emulated is None and os.path.abspath(path) == here and \
+                    frame.f_code.co_qualname.startswith("_gpu_kernels."):
+                # one of the CUDA-kernel emulations below (_gpu_kernels)
+                emulated = frame.f_code.co_qualname.split("<locals>.", 1)[1]
             if marker in path and os.path.abspath(path) != here:
                 site = "megatron/" + path.split(marker, 1)[1] + f":{frame.f_lineno}"
                 caller = frame.f_code.co_qualname
                 break
             frame = frame.f_back
-        op = self._op_stack[-1] if self._op_stack else f"autograd.Function in {caller}"
+        if emulated is not None:
+            op = f"{emulated} (CUDA kernel emulation)"
+        elif self._op_stack:
+            op = self._op_stack[-1]
+        else:
+            op = f"autograd.Function in {caller}"
         return op, site
 
     def __enter__(self):

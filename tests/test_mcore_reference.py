@@ -19,9 +19,19 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if importlib.util.find_spec("torch") is None or importlib.util.find_spec("megatron") is None:
-    pytest.skip("megatron-core reference checks need torch and megatron-core "
-                "(installed in the project venv, not a runtime dependency)",
+def _missing_module():
+    for name in ("torch", "megatron.core"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
+if _missing_module() is not None:
+    pytest.skip(f"megatron-core reference checks need torch and megatron-core "
+                f"({_missing_module()} is not installed; it is a test-only dependency)",
                 allow_module_level=True)
 
 import mcore_reference as ref  # noqa: E402

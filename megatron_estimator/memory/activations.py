@@ -2,34 +2,45 @@
 
 Itemized per saved tensor, per transformer layer and per microbatch, on one GPU.  Notation:
 s = seq_length / cp (the local sequence), b micro batch, h hidden, a heads, g query
-groups, d kv channels, F ffn hidden, t tensor parallel, r = 1/t under sequence parallel
-else 1 (the tensors TP leaves replicated: norms, dropout, residual), V padded vocab.
+groups, d kv channels, F ffn hidden, t tensor parallel, T = s b / t under sequence parallel
+else s b (the tokens of the tensors TP leaves replicated: norms, dropout, residual), V padded
+vocab, k router top-k, R the routed token rows one expert rank processes.
 
-Transformer Engine layer (megatron/core/models/gpt/gpt_layer_specs.py TE spec), from
-Transformer Engine's pytorch/module/layernorm_linear.py, linear.py and
-attention/dot_product_attention/backends.py (``FusedAttnFunc``, flash attention):
-- each LayerNorm+Linear saves its input and the normalized output (2 B each, sharded by t
-  under SP) plus mu / rsigma in fp32 (LayerNorm 8 B, RMSNorm 4 B per token);
+Transformer Engine layers (megatron/core/models/gpt/gpt_layer_specs.py), from Transformer
+Engine's pytorch/module/layernorm_linear.py, linear.py, layernorm.py and
+attention/dot_product_attention/backends.py:
+- a LayerNorm+Linear saves its input (2 B), the normalized output (2 B, or 1 B as fp8), and
+  mu / rsigma in fp32 (LayerNorm 8 B, RMSNorm 4 B per token), all sharded under SP;
 - the QKV GEMM output stays alive: V (and K without RoPE) are views into it that the
   attention kernel saves (megatron/core/transformer/attention.py splits it with views);
   Q is a copy (the reshape of a strided view, or the RoPE output), K too with RoPE;
 - flash / fused attention saves Q, K, V, the output and fp32 softmax statistics (4 B per
-  head per token); no s x s term.  The output is also linear_proj's saved input;
+  head per token): no s x s term.  The output is also linear_proj's saved input (under fp8
+  linear_proj keeps its own 1-byte copy);
 - unfused attention (TE UnfusedDotProductAttention, megatron-core DotProductAttention)
-  keeps the softmax output (2 B x b a s^2 / t) and, with attention dropout, a 1-byte mask
-  and the dropped-out probabilities (Korthikanti et al. 2022: 5 a s^2 b);
-- the MLP keeps the fc1 output for the activation's backward (gated: 2F wide) and the
-  activation output as fc2's input;
+  keeps the softmax output (b a s^2 / t elements), with attention dropout a 1-byte mask and
+  the dropped-out probabilities (Korthikanti et al. 2022: 5 a s^2 b), K and V repeated to
+  all heads under GQA, and an fp32 softmax when the fused softmax kernel is off;
+- the MLP keeps the fc1 output for the activation's backward (2F wide when gated) and the
+  activation output as fc2's input (a third F-wide tensor for an unfused SwiGLU);
+- multi-latent attention (megatron/core/transformer/multi_latent_attention.py) keeps the
+  compressed q / kv and their norms, the up-projected Q, K (with the rope part) and the
+  KV up-projection V is a view of;
+- MoE layers (megatron/core/transformer/moe/): a separate pre-MLP norm, router logits and
+  scores in fp32, the R dispatched rows (fc1 input, fc1 output, activation output, probs)
+  of the local experts, and the shared expert like a dense MLP;
 - bias-dropout-add keeps a 1-byte mask per element when hidden dropout > 0.
-Selective recompute of ``core_attn`` drops what only the attention kernel needs (the s^2
-terms, the softmax statistics); ``mlp`` drops the fc1 / activation outputs; ``layernorm``
-drops the normalized outputs.  Full recompute keeps only each recompute group's input
-(megatron/core/transformer/transformer_block.py ``_checkpointed_forward``).
+Selective recompute (megatron/core/transformer/transformer_config.py ``recompute_modules``)
+drops what each module recomputes: ``core_attn`` the attention internals, ``mlp`` the MLP,
+``layernorm`` the normalized outputs, ``mla_up_proj`` the up-projected Q/K/V, ``moe`` the
+whole MoE block, ``moe_act`` the experts' activation outputs, ``shared_experts`` the shared
+expert.  Full recompute keeps only each group's input (transformer_block.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..config import EstimatorConfig
 
@@ -46,102 +57,195 @@ class LayerActivations:
         return self.attention + self.mlp + self.norms_and_dropout
 
 
-def _dims(config: EstimatorConfig):
+@dataclass(frozen=True)
+class Dims:
+    s: int              # local sequence length (seq / cp)
+    b: int
+    t: int
+    tokens: int         # s * b
+    tokens_r: int       # tokens of SP-sharded tensors
+    act: int            # bytes of a 16-bit (or fp32) activation element
+    residual: int       # bytes of a residual-stream element (fp32 with --fp32-residual-connection)
+    linear_in: int      # bytes of a saved linear input (1 under fp8)
+    stat: int           # norm statistics per token
+    recompute: frozenset
+
+
+@lru_cache(maxsize=256)
+def dims(config: EstimatorConfig) -> Dims:
     m, p, tr = config.model, config.parallel, config.training
     s = tr.seq_length // p.cp
     b = tr.micro_batch_size
     t = p.tp
-    sp = tr.sequence_parallel
-    return m, s, b, t, sp
+    act = 2 if config.precision.params_dtype != "fp32" else 4
+    recompute = frozenset(tr.recompute_modules) if tr.recompute_granularity == "selective" else frozenset()
+    return Dims(
+        s=s, b=b, t=t, tokens=s * b, tokens_r=s * b // (t if tr.sequence_parallel else 1), act=act,
+        residual=4 if tr.fp32_residual_connection else act,
+        linear_in=1 if config.precision.fp8 else act,
+        stat=8 if m.normalization == "LayerNorm" else 4,
+        recompute=recompute,
+    )
 
 
 def replicated_elements(config: EstimatorConfig) -> int:
     """Elements of one [s, b, h] tensor on one GPU: sharded by t under sequence parallel."""
-    m, s, b, t, sp = _dims(config)
-    return s * b * m.hidden_size // (t if sp else 1)
+    return dims(config).tokens_r * config.model.hidden_size
 
 
-def layer_activations(config: EstimatorConfig, layer_index: int) -> LayerActivations:
-    m, s, b, t, sp = _dims(config)
-    h, a = m.hidden_size, m.num_attention_heads
-    g, d = m.num_query_groups, m.kv_channels
-    tokens_r = s * b // (t if sp else 1)          # tokens of replicated tensors
-    act_bytes = 2 if config.precision.params_dtype != "fp32" else 4
-    recompute = set(config.training.recompute_modules) if config.training.recompute_granularity == "selective" else set()
-    stat_bytes = 8 if m.normalization == "LayerNorm" else 4
+def _norm_block(d: Dims, h: int, fused_output_bytes: int) -> int:
+    """A norm (fused with the next linear, or not): input, normalized output, statistics."""
+    out = 0 if "layernorm" in d.recompute else fused_output_bytes * d.tokens_r * h
+    return d.residual * d.tokens_r * h + out + d.stat * d.tokens_r
 
-    # Norms (each fused LayerNorm+Linear): input and normalized output, plus statistics.
-    norm_out = 0 if "layernorm" in recompute else act_bytes * tokens_r * h
-    norms = 2 * (act_bytes * tokens_r * h + norm_out + stat_bytes * tokens_r)
-    dropout_masks = 2 * tokens_r * h if m.hidden_dropout > 0 else 0
 
-    # Attention.
-    backend = config.kernels.attention_backend
-    rope = m.position_embedding_type in ("rope", "yarn", "mrope")
+def core_attention_bytes(config: EstimatorConfig, heads: int, qk_dim: int, v_dim: int, kv_heads: int) -> int:
+    """What the attention kernel keeps beyond its Q/K/V inputs: output and internals."""
+    m, k = config.model, config.kernels
+    d = dims(config)
+    a = heads // d.t
+    out = d.act * d.tokens * heads * v_dim // d.t
+    if config.precision.fp8:
+        out += d.tokens * heads * v_dim // d.t            # linear_proj's fp8 copy of its input
+    if "core_attn" in d.recompute:
+        return out
+    if k.attention_backend in ("flash", "fused"):
+        return out + 4 * d.b * a * d.s
+    probs = d.b * a * d.s * d.s
+    internals = d.act * probs
+    if not k.masked_softmax_fusion and config.precision.attention_softmax_in_fp32 and d.act == 2:
+        internals += 4 * probs                            # fp32 softmax output next to its 16-bit cast
+    if m.attention_dropout > 0:
+        internals += probs + d.act * probs                # 1-byte mask and the dropped-out probabilities
+    if kv_heads < heads:
+        internals += d.act * d.tokens * heads * (qk_dim + v_dim) // d.t   # K, V repeated to every head
+    return out + internals
+
+
+def attention_bytes(config: EstimatorConfig) -> int:
+    m = config.model
+    d = dims(config)
     if m.mla is not None:
-        attention = _mla_attention(config, s, b, t, act_bytes)
-    else:
-        qkv = act_bytes * s * b * (a + 2 * g) * d // t
-        q_copy = act_bytes * s * b * a * d // t if (g > 1 or rope or m.qk_layernorm) else 0
-        k_copy = act_bytes * s * b * g * d // t if (rope or m.qk_layernorm) else 0
-        qk_norm = 0
-        if m.qk_layernorm:
-            qk_norm = act_bytes * s * b * (a + g) * d // t + 2 * stat_bytes * s * b * (a + g) // t
-        out = act_bytes * s * b * a * d // t
-        attention = qkv + q_copy + k_copy + qk_norm + out
-        if backend in ("flash", "fused"):
-            if "core_attn" not in recompute:
-                attention += 4 * b * (a // t) * s
-        else:
-            if "core_attn" not in recompute:
-                probs = act_bytes * b * (a // t) * s * s
-                attention += probs
-                if m.attention_dropout > 0:
-                    attention += b * (a // t) * s * s + act_bytes * b * (a // t) * s * s
-
-    # MLP (dense); MoE layers are modelled in moe_activations.
-    f = m.ffn_hidden_size
-    if "mlp" in recompute:
-        mlp = 0
-    else:
-        fc1_width = 2 * f if m.gated_linear_unit else f
-        mlp = act_bytes * s * b * fc1_width // t + act_bytes * s * b * f // t
-    return LayerActivations(attention, mlp, norms + dropout_masks)
+        return _mla_bytes(config)
+    a, g, kv = m.num_attention_heads, m.num_query_groups, m.kv_channels
+    rope = m.position_embedding_type in ("rope", "yarn", "mrope")
+    total = d.act * d.tokens * (a + 2 * g) * kv // d.t                 # QKV output, alive through V
+    if g > 1 or rope or m.qk_layernorm:
+        total += d.act * d.tokens * a * kv // d.t                       # Q copy
+    if rope or m.qk_layernorm:
+        total += d.act * d.tokens * g * kv // d.t                       # K copy
+    if m.qk_layernorm:
+        total += d.act * d.tokens * (a + g) * kv // d.t + d.stat * d.tokens * (a + g) // d.t
+    return total + core_attention_bytes(config, a, kv, kv, g)
 
 
-def _mla_attention(config: EstimatorConfig, s: int, b: int, t: int, act_bytes: int) -> int:
-    """Multi-latent attention (megatron/core/transformer/multi_latent_attention.py): the
-    compressed q / kv (replicated down projections), their norms, the up-projected q, k, v
-    for the attention kernel, the output."""
+def _mla_bytes(config: EstimatorConfig) -> int:
     m = config.model
     mla = m.mla
+    d = dims(config)
     a = m.num_attention_heads
     q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
     total = 0
     if mla.q_lora_rank is not None:
-        total += 2 * act_bytes * s * b * mla.q_lora_rank      # q_compressed and its norm output
-    total += 2 * act_bytes * s * b * (mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
-    total += act_bytes * s * b * a * q_head // t               # q
-    total += act_bytes * s * b * a * (mla.qk_head_dim + mla.v_head_dim) // t   # kv up-projection
-    total += act_bytes * s * b * a * q_head // t               # k with the rope part
-    total += act_bytes * s * b * a * mla.v_head_dim // t       # output
-    total += 4 * b * (a // t) * s
+        total += d.act * d.tokens_r * mla.q_lora_rank + d.linear_in * d.tokens_r * mla.q_lora_rank
+        total += d.stat * d.tokens_r
+    total += d.act * d.tokens_r * (mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
+    total += d.linear_in * d.tokens_r * mla.kv_lora_rank + d.stat * d.tokens_r
+    if "mla_up_proj" not in d.recompute:
+        total += d.act * d.tokens * a * q_head // d.t                                 # Q
+        total += d.act * d.tokens * a * (mla.qk_head_dim + mla.v_head_dim) // d.t     # KV up, V's storage
+        total += d.act * d.tokens * a * q_head // d.t                                 # K with the rope part
+    return total + core_attention_bytes(config, a, q_head, mla.v_head_dim, a)
+
+
+def dense_mlp_bytes(config: EstimatorConfig, ffn: int, tokens: int, split: int) -> int:
+    m, k = config.model, config.kernels
+    d = dims(config)
+    fc1_width = 2 * ffn if m.gated_linear_unit else ffn
+    fc1_out = (1 if config.namespace.get("activation_func_fp8_input_store") else d.act) * tokens * fc1_width // split
+    act_out = d.linear_in * tokens * ffn // split
+    total = fc1_out + act_out
+    if m.gated_linear_unit and not k.bias_swiglu_fusion:
+        total += d.act * tokens * ffn // split               # silu(x1) kept for the product's backward
     return total
+
+
+def routed_rows(config: EstimatorConfig, imbalance: float = 0.0) -> int:
+    """Token rows one expert rank processes: T k etp when balanced (all dispatchers);
+    a hot rank receives (1 + imbalance) times that, bounded by the capacity factor, and
+    padding to capacity makes it exactly the capacity
+    (megatron/core/transformer/moe/token_dispatcher.py, moe_utils.get_capacity)."""
+    moe = config.model.moe
+    d = dims(config)
+    tokens = d.tokens // d.t if config.training.sequence_parallel else d.tokens
+    balanced = tokens * moe.router_topk * config.parallel.etp
+    factor = 1.0 + imbalance
+    if moe.expert_capacity_factor is not None:
+        cap = moe.expert_capacity_factor
+        factor = cap if moe.pad_expert_input_to_capacity else min(factor, cap)
+    return int(balanced * factor)
+
+
+def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
+    m = config.model
+    moe = m.moe
+    d = dims(config)
+    h = m.hidden_size
+    if "moe" in d.recompute:
+        return 0
+    tokens = d.tokens // d.t if config.training.sequence_parallel else d.tokens
+    router = 9 * tokens * moe.num_experts                 # fp32 logits and scores, bool routing map
+    rows = routed_rows(config, imbalance)
+    etp = config.parallel.etp
+    fc1_width = 2 * moe.ffn_hidden_size if m.gated_linear_unit else moe.ffn_hidden_size
+    routed = d.linear_in * rows * h + 4 * rows                        # dispatched input, permuted probs
+    routed += d.act * rows * fc1_width // etp                          # fc1 output
+    if "moe_act" not in d.recompute:
+        routed += d.linear_in * rows * moe.ffn_hidden_size // etp      # activation output
+    shared = 0
+    if moe.shared_expert_intermediate_size and "shared_experts" not in d.recompute:
+        shared = dense_mlp_bytes(config, moe.shared_expert_intermediate_size, d.tokens, d.t)
+    return router + routed + shared
+
+
+def layer_activations(config: EstimatorConfig, layer_index: int, imbalance: float = 0.0) -> LayerActivations:
+    return _layer_activations(config, config.model.is_moe_layer(layer_index), imbalance)
+
+
+@lru_cache(maxsize=1024)
+def _layer_activations(config: EstimatorConfig, moe_layer: bool, imbalance: float) -> LayerActivations:
+    m = config.model
+    d = dims(config)
+    h = m.hidden_size
+    masks = (2 if m.hidden_dropout > 0 else 0) * d.tokens_r * h
+    norm1 = _norm_block(d, h, d.linear_in if m.mla is None else d.act)
+    attention = attention_bytes(config)
+    if moe_layer:
+        if "moe" in d.recompute:
+            norm2, mlp = d.residual * d.tokens_r * h, 0
+        else:
+            norm2 = _norm_block(d, h, d.act)               # a separate norm: its output feeds the router
+            mlp = moe_mlp_bytes(config, imbalance)
+    elif "mlp" in d.recompute:
+        norm2, mlp = d.residual * d.tokens_r * h, 0         # the MLP block (with its norm) is recomputed
+    else:
+        norm2 = _norm_block(d, h, d.linear_in)
+        mlp = dense_mlp_bytes(config, m.ffn_hidden_size, d.tokens, d.t)
+    return LayerActivations(attention, mlp, norm1 + norm2 + masks)
 
 
 def layer_input_bytes(config: EstimatorConfig) -> int:
     """What full recompute keeps per recompute group: the group's input [s, b, h]."""
-    act_bytes = 2 if config.precision.params_dtype != "fp32" else 4
-    elements = replicated_elements(config)
+    d = dims(config)
+    elements = d.tokens_r * config.model.hidden_size
     if config.training.distribute_saved_activations and not config.training.sequence_parallel:
         elements //= config.parallel.tp
-    return act_bytes * elements
+    return d.residual * elements
 
 
 def embedding_activations(config: EstimatorConfig) -> int:
     """First stage: the embedding's dropout mask (the output is the first layer's input)."""
-    m = config.model
-    return replicated_elements(config) if m.hidden_dropout > 0 else 0
+    return replicated_elements(config) if config.model.hidden_dropout > 0 else 0
 
 
 def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
@@ -153,14 +257,12 @@ def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
     16-bit logits alive next to their fp32 copy (and, in backward, the 16-bit gradient next
     to the fp32 one).
     """
-    m, s, b, t, sp = _dims(config)
-    act_bytes = 2 if config.precision.params_dtype != "fp32" else 4
-    stat_bytes = 8 if m.normalization == "LayerNorm" else 4
-    tokens_r = s * b // (t if sp else 1)
-    kept = 2 * act_bytes * tokens_r * m.hidden_size + stat_bytes * tokens_r
-    logits = s * b * m.padded_vocab_size // t
+    m = config.model
+    d = dims(config)
+    kept = d.residual * d.tokens_r * m.hidden_size + d.act * d.tokens_r * m.hidden_size + d.stat * d.tokens_r
+    logits = d.tokens * m.padded_vocab_size // d.t
     kept += 4 * logits
-    transient = act_bytes * logits if act_bytes != 4 else 0
+    transient = d.act * logits if d.act != 4 else 0
     return kept, transient
 
 
@@ -168,15 +270,13 @@ def mtp_layer_activations(config: EstimatorConfig) -> int:
     """One multi-token-prediction layer (megatron/core/transformer/multi_token_prediction.py):
     the shifted tokens' embedding and the incoming hidden state, each normalized (enorm,
     hnorm: input, output, statistics), their concatenation (eh_proj's 2h-wide input), a
-    transformer layer like the last decoder layer, its final norm, and its own logits and
-    cross entropy (the same terms as the main loss)."""
-    act_bytes = 2 if config.precision.params_dtype != "fp32" else 4
+    transformer layer like the last decoder layer, and its own final norm, logits and cross
+    entropy (the same terms as the main loss)."""
     m = config.model
-    stat_bytes = 8 if m.normalization == "LayerNorm" else 4
-    tokens_r = replicated_elements(config) // m.hidden_size
+    d = dims(config)
     h = m.hidden_size
-    norms = 2 * (2 * act_bytes * tokens_r * h + stat_bytes * tokens_r)
-    concat = 2 * act_bytes * tokens_r * h
+    norms = 2 * (2 * d.act * d.tokens_r * h + d.stat * d.tokens_r)
+    concat = 2 * d.act * d.tokens_r * h
     layer = layer_activations(config, m.num_layers - 1).total
     loss_kept, _ = loss_activations(config)
     return norms + concat + layer + loss_kept

@@ -109,6 +109,17 @@ def _batch_bytes(config: EstimatorConfig) -> int:
     return total
 
 
+def _global_buffers(config: EstimatorConfig) -> int:
+    """megatron-core's GlobalMemoryBuffer: the local (unfused) DotProductAttention takes its
+    [b a/t, s, s] score buffer from it once and keeps it (megatron/core/transformer/
+    dot_product_attention.py, megatron/core/utils.py GlobalMemoryBuffer)."""
+    if config.kernels.transformer_impl != "local":
+        return 0
+    m, p, tr = config.model, config.parallel, config.training
+    s = tr.seq_length // p.cp
+    return _act_bytes(config) * tr.micro_batch_size * (m.num_attention_heads // p.tp) * s * s
+
+
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
                    environ: Mapping[str, str], budget: int | None) -> StageEstimate:
     p = config.parallel
@@ -131,10 +142,12 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     moment = max(transients, key=transients.get)
     transient = transients[moment]
 
-    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability)
+    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                       bool(config.namespace.get("deterministic_mode")))
     te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl)
     batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
-    other = transient + cublas + te + batch
+    buffers = _global_buffers(config)
+    other = transient + cublas + te + batch + buffers
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
     groups = communicators(p, config.model.moe is not None)
@@ -152,6 +165,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("cublas_workspace", cublas),
         ("te_workspace", te),
         ("batch_tensors", batch),
+        ("global_memory_buffer", buffers),
     )
     return StageEstimate(
         pipeline_rank=stage.pp_rank,
@@ -248,13 +262,14 @@ def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
 
 def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> tuple[Assumption, ...]:
     k = config.kernels
-    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability)
+    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                                   bool(config.namespace.get("deterministic_mode")))
     items = [
         Assumption("attention_backend", f"attention kernel: {k.attention_backend} ({k.attention_backend_source})",
                    k.attention_backend),
         Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
                    + (" (interleaved)" if config.parallel.vpp else "")),
-        Assumption("cublas_workspace", f"cuBLAS workspace {cublas / MiB:g} MiB ({cublas_source}) and "
+        Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
                    f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}",
                    cublas),
         Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "

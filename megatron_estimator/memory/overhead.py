@@ -31,14 +31,24 @@ class Overheads:
     compute_capability: float = 9.0          # Hopper unless the GPU is known
 
 
-def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float) -> tuple[int, str]:
+# cuBLAS handles (and so workspaces) are per thread: the forward runs on the main thread and
+# autograd runs backward on its own device thread, so two workspaces are allocated.
+CUBLAS_HANDLES = 2
+
+
+def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float,
+                           deterministic: bool = False) -> tuple[int, str]:
+    """PyTorch's cuBLAS workspaces (c10/cuda CublasHandlePool: one per handle and stream)."""
     config = environ.get("CUBLAS_WORKSPACE_CONFIG")
     source = "CUBLAS_WORKSPACE_CONFIG=" + config if config else "PyTorch's default"
+    if not config and deterministic:
+        # megatron/training/determinism.py sets it for --deterministic-mode when unset.
+        config, source = ":4096:8", "CUBLAS_WORKSPACE_CONFIG=:4096:8 from --deterministic-mode"
     if not config:
         config = ":4096:8" if compute_capability >= 9.0 else ":4096:2:16:8"
     pairs = re.findall(r":(\d+):(\d+)", config)
-    total = sum(int(size) * 1024 * int(count) for size, count in pairs)
-    return total, source
+    per_handle = sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return CUBLAS_HANDLES * per_handle, f"{source}, {CUBLAS_HANDLES} handles (forward and autograd threads)"
 
 
 def te_workspace_bytes(compute_capability: float, transformer_impl: str) -> int:
