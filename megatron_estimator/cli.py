@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pass over files that are not training inputs instead of calling them invalid "
                         "(for pre-commit and globs): YAML or JSON in none of the formats above, and "
                         "scripts that name no pretrain*.py and none of --num-layers, --hidden-size, "
-                        "--num-attention-heads, --yaml-cfg; each is named on stderr, left out of the "
-                        "report, and exits 0. A training input that is broken is still invalid")
+                        "--num-attention-heads, --yaml-cfg. Each is named on stderr and left out of the "
+                        "report; a training input that is broken is still invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
     return parser
 

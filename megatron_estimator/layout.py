@@ -158,11 +158,16 @@ class InFlight:
 
 
 def microbatches_in_flight(pp: int, rank: int, vpp: int | None, num_microbatches: int,
-                           group_size: int, chunk_weights: tuple[int, ...] = ()) -> InFlight:
+                           group_size: int, chunk_weights: tuple[int, ...] = (),
+                           combined_1f1b: bool = False) -> InFlight:
     """Microbatches per model chunk alive at the rank's peak.
 
     ``chunk_weights`` (bytes per microbatch of each chunk) decides which moment is the
     fullest when chunks differ in size; with equal weights the first steady-state step is.
+    ``combined_1f1b`` (--overlap-moe-expert-parallel-comm) runs one extra warm-up forward in
+    the interleaved schedule (schedules.py ``get_pp_rank_microbatches``); the layer-by-layer
+    overlap of one microbatch's forward with another's backward is a transient the memory
+    model adds.
     """
     if pp == 1:
         return InFlight((1,) * (vpp or 1), 0, "no pipeline: one microbatch at a time")
@@ -171,8 +176,8 @@ def microbatches_in_flight(pp: int, rank: int, vpp: int | None, num_microbatches
         return InFlight((live,), pp - rank - 1,
                         f"1F1B: min(p - r, M) = min({pp} - {rank}, {num_microbatches}) = {live}")
     counts = _interleaved_peak(pp, rank, vpp, num_microbatches, group_size,
-                               chunk_weights or (1,) * vpp)
-    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group_size, num_microbatches * vpp)
+                               chunk_weights or (1,) * vpp, int(combined_1f1b))
+    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group_size + int(combined_1f1b), num_microbatches * vpp)
     return InFlight(counts, warmup,
                     f"interleaved 1F1B ({vpp} virtual stages): {warmup} warm-up forwards, "
                     f"at most {sum(counts)} chunk-microbatches alive")
@@ -180,7 +185,7 @@ def microbatches_in_flight(pp: int, rank: int, vpp: int | None, num_microbatches
 
 @lru_cache(maxsize=4096)
 def _interleaved_peak(pp: int, rank: int, vpp: int, m: int, group: int,
-                      weights: tuple[int, ...]) -> tuple[int, ...]:
+                      weights: tuple[int, ...], extra_warmup: int = 0) -> tuple[int, ...]:
     # schedules.py get_schedule_table: microbatches in groups of `group`, each group runs
     # every chunk in order; backward visits chunks in reverse.
     table = []
@@ -188,7 +193,7 @@ def _interleaved_peak(pp: int, rank: int, vpp: int, m: int, group: int,
         end = m if start + group >= m else start + group
         table.extend((mb, chunk) for chunk in range(vpp) for mb in range(start, end))
     total = m * vpp
-    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup, total)
     live = [0] * vpp
     best = (0, tuple(live))
 

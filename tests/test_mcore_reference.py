@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+
 def _missing_module():
     for name in ("torch", "megatron.core"):
         try:

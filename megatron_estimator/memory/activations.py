@@ -209,7 +209,59 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
 
 
 def layer_activations(config: EstimatorConfig, layer_index: int, imbalance: float = 0.0) -> LayerActivations:
-    return _layer_activations(config, config.model.is_moe_layer(layer_index), imbalance)
+    """What one layer keeps per microbatch, after fine-grained activation offloading."""
+    full = _layer_activations(config, config.model.is_moe_layer(layer_index), imbalance)
+    offloaded = offloaded_bytes(config, layer_index, imbalance)
+    if not offloaded:
+        return full
+    # Offloading moves the tensors of attention and of the MoE experts; take them from those parts.
+    from_attention = min(offloaded, full.attention + full.norms_and_dropout)
+    from_mlp = offloaded - from_attention
+    norms = max(full.norms_and_dropout - max(from_attention - full.attention, 0), 0)
+    return LayerActivations(max(full.attention - from_attention, 0), max(full.mlp - from_mlp, 0), norms)
+
+
+def offloaded_bytes(config: EstimatorConfig, layer_index: int, imbalance: float = 0.0) -> int:
+    """Bytes of one layer that --fine-grained-activation-offloading moves to the host after the
+    layer's forward (megatron/core/pipeline_parallel/fine_grained_activation_offload.py): the
+    saved tensors of each module in --offload-modules, times --activation-offload-fraction;
+    tensors under --min-offloaded-tensor-size elements stay."""
+    ns = config.namespace
+    if not ns.get("fine_grained_activation_offloading"):
+        return 0
+    modules = set(ns.get("offload_modules") or ())
+    fraction = float(ns.get("activation_offload_fraction", 1.0))
+    min_elements = int(ns.get("min_offloaded_tensor_size") or 0)
+    m = config.model
+    d = dims(config)
+    h = m.hidden_size
+
+    def big(nbytes: int, element_bytes: int) -> int:
+        return nbytes if nbytes // max(element_bytes, 1) >= min_elements else 0
+
+    moe_layer = m.is_moe_layer(layer_index)
+    total = 0
+    if "attn_norm" in modules:
+        total += big(d.residual * d.tokens_r * h, d.residual)
+    if "qkv_linear" in modules:
+        total += big(d.linear_in * d.tokens_r * h, d.linear_in)
+    if "core_attn" in modules:
+        attention = attention_bytes(config)
+        out = d.act * d.tokens * m.num_attention_heads * (m.mla.v_head_dim if m.mla else m.kv_channels) // d.t
+        total += big(attention - out, d.act)
+        if "attn_proj" in modules:
+            total += big(out, d.act)
+    if "mlp_norm" in modules:
+        total += big(d.residual * d.tokens_r * h, d.residual)
+    if moe_layer and m.moe is not None:
+        rows = routed_rows(config, imbalance)
+        etp = config.parallel.etp
+        fc1_width = 2 * m.moe.ffn_hidden_size if m.gated_linear_unit else m.moe.ffn_hidden_size
+        if "expert_fc1" in modules:
+            total += big(d.linear_in * rows * h, d.linear_in)
+        if "moe_act" in modules:
+            total += big(d.act * rows * fc1_width // etp, d.act)
+    return int(total * fraction)
 
 
 @lru_cache(maxsize=1024)

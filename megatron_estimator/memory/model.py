@@ -109,6 +109,24 @@ def _batch_bytes(config: EstimatorConfig) -> int:
     return total
 
 
+def _deferred_wgrad_bytes(config: EstimatorConfig) -> int:
+    """--defer-embedding-wgrad-compute: the output layer keeps each microbatch's input and
+    output gradient until the end of the step, up to --wgrad-deferral-limit of them (0: all)
+    (megatron/core/tensor_parallel/layers.py, gpt_model.py embedding_activation_buffer /
+    grad_output_buffer).  At the last microbatch's loss the previous ones are held."""
+    if not config.training.defer_embedding_wgrad_compute:
+        return 0
+    m, p, tr = config.model, config.parallel, config.training
+    limit = config.namespace.get("wgrad_deferral_limit") or 0
+    held = tr.num_microbatches - 1
+    if limit:
+        held = min(held, limit)
+    s, b = tr.seq_length // p.cp, tr.micro_batch_size
+    tokens_r = s * b // (p.tp if tr.sequence_parallel else 1)
+    nbytes = _act_bytes(config)
+    return held * (nbytes * s * b * m.padded_vocab_size // p.tp + nbytes * tokens_r * m.hidden_size)
+
+
 def _global_buffers(config: EstimatorConfig) -> int:
     """megatron-core's GlobalMemoryBuffer: the local (unfused) DotProductAttention takes its
     [b a/t, s, s] score buffer from it once and keeps it (megatron/core/transformer/
@@ -130,10 +148,22 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     per_chunk = [chunk_activation_bytes(config, chunk) for chunk in stage.chunks]
     weights = tuple(kept for kept, _ in per_chunk)
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
-                                      config.split.microbatch_group_size, weights)
+                                      config.split.microbatch_group_size, weights,
+                                      bool(config.namespace.get("overlap_moe_expert_parallel_comm")))
     activations = sum(n * kept for n, (kept, _) in zip(inflight.chunk_microbatches, per_chunk))
+    deferred = _deferred_wgrad_bytes(config) if stage.post_process else 0
+    activations += deferred
 
     transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
+    if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
+        # The layer running now has not been offloaded yet (and one is being reloaded).
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.offloaded_bytes(config, i) for i in stage.layers)
+    if config.namespace.get("overlap_moe_expert_parallel_comm") and stage.layers:
+        # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
+        # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
+        transients["overlapped forward"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
     recompute = max((r for _, r in per_chunk), default=0)
     if recompute:
         transients["recompute"] = recompute
@@ -147,7 +177,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl)
     batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
     buffers = _global_buffers(config)
-    other = transient + cublas + te + batch + buffers
+    other = transient + cublas + te + batch + buffers + states.fsdp_transient
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
     groups = communicators(p, config.model.moe is not None)
@@ -166,6 +196,9 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("te_workspace", te),
         ("batch_tensors", batch),
         ("global_memory_buffer", buffers),
+        ("fp8_weight_copies", states.fp8_weight_copies),
+        ("fsdp_unsharded_in_flight", states.fsdp_transient),
+        ("deferred_embedding_wgrad", deferred),
     )
     return StageEstimate(
         pipeline_rank=stage.pp_rank,

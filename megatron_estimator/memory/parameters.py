@@ -39,20 +39,34 @@ class ParamTensor:
     name: str
     numel: int          # elements on one GPU
     expert: bool = False
+    kind: str = "linear"    # linear (a GEMM weight TE can run in fp8) | bias | norm | embedding | router
+
+
+def _kind(name: str) -> str:
+    if name.endswith(".bias"):
+        return "bias"
+    if "norm" in name.rsplit(".", 2)[-2]:
+        return "norm"
+    if name.startswith("embedding.") or name.startswith("output_layer."):
+        return "embedding"
+    if ".router." in name or name.endswith("gate_weight"):
+        return "router"
+    return "linear"
 
 
 def _norm(name: str, size: int, normalization: str) -> list[ParamTensor]:
-    tensors = [ParamTensor(name + ".weight", size)]
+    tensors = [ParamTensor(name + ".weight", size, kind="norm")]
     if normalization == "LayerNorm":
-        tensors.append(ParamTensor(name + ".bias", size))
+        tensors.append(ParamTensor(name + ".bias", size, kind="norm"))
     return tensors
 
 
 def _linear(name: str, in_features: int, out_features: int, bias: bool,
             bias_size: int | None = None, expert: bool = False) -> list[ParamTensor]:
-    tensors = [ParamTensor(name + ".weight", in_features * out_features, expert)]
+    weight = name + ".weight"
+    tensors = [ParamTensor(weight, in_features * out_features, expert, _kind(weight))]
     if bias:
-        tensors.append(ParamTensor(name + ".bias", out_features if bias_size is None else bias_size, expert))
+        tensors.append(ParamTensor(name + ".bias", out_features if bias_size is None else bias_size, expert, "bias"))
     return tensors
 
 
@@ -116,7 +130,7 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None) -
         tensors += _mlp(prefix + "mlp.shared_experts.", h, moe.shared_expert_intermediate_size,
                         m.gated_linear_unit, m.add_bias_linear, p.tp, expert=False)
         if moe.shared_expert_gate:
-            tensors.append(ParamTensor(prefix + "mlp.shared_experts.gate_weight", h))
+            tensors.append(ParamTensor(prefix + "mlp.shared_experts.gate_weight", h, kind="router"))
     return tensors
 
 
@@ -127,10 +141,10 @@ def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str)
 def embedding_tensors(config: EstimatorConfig) -> list[ParamTensor]:
     m = config.model
     tensors = [ParamTensor("embedding.word_embeddings.weight",
-                           m.padded_vocab_size // config.parallel.tp * m.hidden_size)]
+                           m.padded_vocab_size // config.parallel.tp * m.hidden_size, kind="embedding")]
     if m.position_embedding_type == "learned_absolute":
         tensors.append(ParamTensor("embedding.position_embeddings.weight",
-                                   m.max_position_embeddings * m.hidden_size))
+                                   m.max_position_embeddings * m.hidden_size, kind="embedding"))
     return tensors
 
 
@@ -160,7 +174,8 @@ def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTenso
         tensors += mtp_tensors(config, j)
     if chunk.output_weight:
         tensors.append(ParamTensor("output_layer.weight",
-                                   config.model.padded_vocab_size // config.parallel.tp * config.model.hidden_size))
+                                   config.model.padded_vocab_size // config.parallel.tp * config.model.hidden_size,
+                                   kind="embedding"))
     return tensors
 
 

@@ -39,6 +39,8 @@ class ModelStates:
     master_params: int         # part of optimizer_states
     optimizer_moments: int     # part of optimizer_states
     padded_elements: int       # buffer padding added by the distributed optimizer layout
+    fp8_weight_copies: int = 0 # part of weights: Transformer Engine's fp8 weight copies
+    fsdp_transient: int = 0    # Megatron-FSDP: unsharded parameters and gradients in flight
 
 
 def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard: int,
@@ -81,7 +83,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     p = config.parallel
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     grad_bytes = DTYPE_BYTES[prec.main_grads_dtype]
-    distributed = prec.use_distributed_optimizer
+    distributed = prec.use_distributed_optimizer or prec.use_megatron_fsdp
     instances = max(prec.num_distributed_optimizer_instances, 1)
     dense_shard = max(p.dp * p.cp // instances, 1)
     expert_shard = max(p.edp // instances, 1)
@@ -89,11 +91,11 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     if prec.overlap_grad_reduce:
         bucket_size = prec.ddp_bucket_size or max(40_000_000, 1_000_000 * p.dp * p.cp)
     shared_embedding = (not config.model.untie_embeddings_and_output_weights) and p.pp > 1
+    fsdp = prec.data_parallel_sharding_strategy if prec.use_megatron_fsdp else None
 
-    weights = gradients = master = moments = padding = 0
-    moment_bytes = _moment_bytes(config)
-    master_bytes = 0 if prec.params_dtype == "fp32" else DTYPE_BYTES[
-        prec.main_params_dtype if prec.use_precision_aware_optimizer else "fp32"]
+    weights = gradients = master = moments = padding = fp8_copies = 0
+    largest_layer = 0
+    master_bytes = _master_bytes(config)
     for tensors in chunks_tensors:
         for expert in (False, True):
             group = [t for t in tensors if t.expert == expert]
@@ -103,25 +105,85 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             shard = expert_shard if expert else dense_shard
             buffer = _buffer_numel(group, bucket_size, shard, distributed, shared_embedding and not expert)
             padding += buffer - numel
-            gradients += buffer * grad_bytes
-            if distributed:
-                weights += buffer * param_bytes
-                local = numel / shard
-            else:
-                weights += numel * param_bytes
-                local = numel
+            fp8_numel = sum(t.numel for t in group if t.kind == "linear") if prec.fp8 else 0
+            group_param_bytes = buffer * param_bytes
+            if prec.fp8 and prec.fp8_param_gather:
+                # --fp8-param-gather: the linear weights themselves are fp8 (1 B) in the buffer.
+                group_param_bytes -= fp8_numel * (param_bytes - 1)
+            group_grad_bytes = buffer * grad_bytes
+            if fsdp in ("optim_grads", "optim_grads_params"):
+                group_grad_bytes //= shard
+            if fsdp == "optim_grads_params":
+                group_param_bytes //= shard
+            if not distributed:
+                group_param_bytes = numel * param_bytes
+            weights += group_param_bytes
+            gradients += group_grad_bytes
+            fp8_copies += _fp8_copy_bytes(config, fp8_numel)
+            local = numel / shard if distributed else numel
             master += int(local * master_bytes)
-            moments += int(local * moment_bytes)
+            moments += int(sum(t.numel * _moment_bytes(config, t) for t in group) / (shard if distributed else 1))
+        layer_sizes: dict[str, int] = {}
+        for t in tensors:
+            key = ".".join(t.name.split(".")[:3]) if t.name.startswith("decoder.layers.") else t.name
+            layer_sizes[key] = layer_sizes.get(key, 0) + t.numel
+        largest_layer = max([largest_layer, *layer_sizes.values()])
     offload = prec.optimizer_offload_fraction if prec.optimizer_cpu_offload else 0.0
     master = int(master * (1 - offload))
     moments = int(moments * (1 - offload))
-    return ModelStates(weights, gradients, master + moments, master, moments, padding)
+    transient = 0
+    if fsdp == "optim_grads_params":
+        # Megatron-FSDP all-gathers each module's parameters before use and reduce-scatters its
+        # gradients after: with its double buffer, two layers' unsharded parameters and
+        # gradients are alive (megatron/core/distributed/fsdp/src/megatron_fsdp).
+        transient = 2 * largest_layer * (param_bytes + grad_bytes)
+    elif fsdp == "optim_grads":
+        transient = 2 * largest_layer * grad_bytes
+    return ModelStates(weights + fp8_copies, gradients, master + moments, master, moments, padding,
+                       fp8_copies, transient)
 
 
-def _moment_bytes(config: EstimatorConfig) -> int:
+def _fp8_copy_bytes(config: EstimatorConfig, fp8_numel: int) -> int:
+    """Transformer Engine's fp8 copies of the GEMM weights, cached across microbatches
+    (transformer_engine/pytorch/module/base.py weight workspaces): a row-wise copy and a
+    column-wise (transposed) one, 1 byte each; MXFP8 adds one 1-byte scale per 32 elements
+    per copy.  With --fp8-param-gather the weight is already fp8 and only the transpose is
+    extra."""
     prec = config.precision
-    if prec.optimizer == "sgd":
-        return 4
+    if not prec.fp8 or not fp8_numel:
+        return 0
+    per_copy = fp8_numel + (fp8_numel // 32 if prec.fp8_recipe == "mxfp8" else 0)
+    copies = 1 if prec.fp8_param_gather else 2
+    return copies * per_copy
+
+
+def _master_bytes(config: EstimatorConfig) -> float:
+    """fp32 master copy per (sharded) parameter of a 16-bit model; none for fp32 training.
+    The precision-aware optimizer keeps --main-params-dtype, and for bf16 params with fp32
+    main params only the 16-bit remainder (optimizer_config.py store_param_remainders, on by
+    default)."""
+    prec = config.precision
+    if prec.params_dtype == "fp32":
+        return 0
     if prec.use_precision_aware_optimizer:
-        return DTYPE_BYTES[prec.exp_avg_dtype] + DTYPE_BYTES[prec.exp_avg_sq_dtype]
-    return 8
+        if prec.params_dtype == "bf16" and prec.main_params_dtype == "fp32":
+            return 2
+        return DTYPE_BYTES[prec.main_params_dtype]
+    return 4
+
+
+def _moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
+    """Optimizer state bytes per parameter (megatron/core/optimizer/__init__.py):
+    Adam exp_avg + exp_avg_sq; SGD one momentum buffer (none with --sgd-momentum 0); Lion one
+    exp_avg; Muon one momentum buffer for 2-D hidden weights and Adam for the rest
+    (embeddings, output layer, norms, biases)."""
+    prec = config.precision
+    adam = (DTYPE_BYTES[prec.exp_avg_dtype] + DTYPE_BYTES[prec.exp_avg_sq_dtype]
+            if prec.use_precision_aware_optimizer else 8)
+    if prec.optimizer == "sgd":
+        return 4 if (config.namespace.get("sgd_momentum") or 0) > 0 else 0
+    if prec.optimizer == "lion":
+        return 4
+    if prec.optimizer in ("muon", "dist_muon", "adaptive_muon"):
+        return 4 if tensor.kind == "linear" else adam
+    return adam
