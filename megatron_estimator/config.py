@@ -149,6 +149,7 @@ class EstimatorConfig:
     world_size_source: str
     notes: tuple[str, ...] = ()
     namespace: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
 
 def expand_moe_layer_freq(freq: Any, num_layers: int) -> tuple[bool, ...]:
@@ -194,7 +195,7 @@ def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str])
 
 
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
-                 notes: tuple[str, ...] = ()) -> EstimatorConfig:
+                 notes: tuple[str, ...] = (), given: frozenset = frozenset()) -> EstimatorConfig:
     """An EstimatorConfig from a derived namespace that validation accepted."""
     num_layers = ns["num_layers"]
     activation, gated = resolve_activation(ns)
@@ -329,4 +330,5 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
     return EstimatorConfig(
         model=model, parallel=parallel, split=split, training=training, precision=precision,
         kernels=kernels, world_size_source=world_size_source, notes=tuple(notes), namespace=dict(ns),
+        given=frozenset(given),
     )

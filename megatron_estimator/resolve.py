@@ -84,4 +84,4 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     problems.raise_if_any()
     if derived.get("_tokenizer_type_defaulted") and vocab.source.startswith("GPT2BPETokenizer"):
         notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
-    return build_config(derived, vocab, source, environ, tuple(notes))
+    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings))

@@ -135,12 +135,11 @@ def test_memory_assumptions_name_store_false_flags_as_spelled():
 
 
 def test_memory_assumptions_skip_values_at_megatron_default():
-    values = {"cuda_graph_impl": "none", "moe_enable_deepep": True, "sgd_momentum": 0.9}
+    values = {"cuda_graph_impl": "none", "moe_enable_deepep": True, "manual_gc": False}
     assert fe.memory_assumptions(values, values) == [
         ("--moe-enable-deepep", "DeepEP's persistent communication buffers are not modelled")]
-    values["sgd_momentum"] = 0.0
-    assert [flag for flag, _ in fe.memory_assumptions(values, values)] == ["--moe-enable-deepep",
-                                                                          "--sgd-momentum"]
+    values["manual_gc"] = True
+    assert [flag for flag, _ in fe.memory_assumptions(values, values)] == ["--moe-enable-deepep", "--manual-gc"]
 
 
 def test_memory_assumptions_for_a_ci_launch():
@@ -171,16 +170,17 @@ def test_memory_assumptions_for_a_ci_launch():
     assert problems == ()
     values = {dest: setting.value for dest, setting in raw.settings.items()}
     assert fe.memory_assumptions(raw.settings, values) == [
-        ("--deterministic-mode", fe.NOT_MODELLED["deterministic_mode"]),
         ("--megatron-fsdp-main-grads-dtype", "Megatron-FSDP's main-gradient dtype is not modelled"),
         ("--megatron-fsdp-grad-comm-dtype",
          "Megatron-FSDP's gradient communication buffers in this dtype are not modelled"),
     ]
-    assert len(fe.memory_assumptions(raw.settings)) == 4      # without values: the fp32 default too
+    assert len(fe.memory_assumptions(raw.settings)) == 3      # without values: the fp32 default too
 
 
 def test_classify():
     assert fe.classify("num_layers") == fe.MODELLED_KIND == "modelled"
+    # Modelled since: the momentum buffer, the cuBLAS workspaces, deferred wgrad buffers.
+    assert {fe.classify(d) for d in ("sgd_momentum", "deterministic_mode", "wgrad_deferral_limit")} == {"modelled"}
     assert fe.classify("moe_enable_deepep") == fe.NOT_MODELLED_KIND == "not modelled"
     assert fe.classify("log_interval") == fe.NO_MEMORY_EFFECT_KIND == "no memory effect"
     with pytest.raises(KeyError, match="num_layerz"):
@@ -189,8 +189,8 @@ def test_classify():
 
 @pytest.mark.parametrize("dest", [
     "moe_enable_deepep", "cuda_graph_impl", "enable_cuda_graph", "tp_comm_overlap", "nccl_ub",
-    "use_torch_fsdp2", "empty_unused_memory_level", "manual_gc", "freeze_all_layers", "sgd_momentum",
-    "perform_rl_step", "eval_micro_batch_size", "deterministic_mode", "cp_comm_type",
+    "use_torch_fsdp2", "empty_unused_memory_level", "manual_gc", "freeze_all_layers",
+    "perform_rl_step", "eval_micro_batch_size", "cp_comm_type",
     "use_checkpoint_args", "moe_layer_recompute", "clone_scatter_output_in_embedding",
 ])
 def test_flags_that_change_memory_are_stated_assumptions(dest):

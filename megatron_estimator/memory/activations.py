@@ -22,7 +22,7 @@ attention/dot_product_attention/backends.py:
   the dropped-out probabilities (Korthikanti et al. 2022: 5 a s^2 b), K and V repeated to
   all heads under GQA, and an fp32 softmax when the fused softmax kernel is off;
 - the MLP keeps the fc1 output for the activation's backward (2F wide when gated) and the
-  activation output as fc2's input (a third F-wide tensor for an unfused SwiGLU);
+  activation output as fc2's input (two more F-wide tensors for an unfused SwiGLU);
 - multi-latent attention (megatron/core/transformer/multi_latent_attention.py) keeps the
   compressed q / kv and their norms, the up-projected Q, K (with the rope part) and the
   KV up-projection V is a view of;
@@ -117,7 +117,7 @@ def core_attention_bytes(config: EstimatorConfig, heads: int, qk_dim: int, v_dim
         internals += 4 * probs                            # fp32 softmax output next to its 16-bit cast
     if m.attention_dropout > 0:
         internals += probs + d.act * probs                # 1-byte mask and the dropped-out probabilities
-    if kv_heads < heads:
+    if kv_heads < heads and config.model.mla is None:
         internals += d.act * d.tokens * heads * (qk_dim + v_dim) // d.t   # K, V repeated to every head
     return out + internals
 
@@ -129,11 +129,21 @@ def attention_bytes(config: EstimatorConfig) -> int:
         return _mla_bytes(config)
     a, g, kv = m.num_attention_heads, m.num_query_groups, m.kv_channels
     rope = m.position_embedding_type in ("rope", "yarn", "mrope")
-    total = d.act * d.tokens * (a + 2 * g) * kv // d.t                 # QKV output, alive through V
-    if g > 1 or rope or m.qk_layernorm:
-        total += d.act * d.tokens * a * kv // d.t                       # Q copy
-    if rope or m.qk_layernorm:
-        total += d.act * d.tokens * g * kv // d.t                       # K copy
+    # Unfused attention repeats K and V to every head under GQA and saves the copies, not the
+    # views; when core attention is recomputed its checkpoint saves the views instead.
+    repeats = (g < a and config.kernels.attention_backend not in ("flash", "fused")
+               and "core_attn" not in d.recompute)
+    total = 0
+    if not repeats:
+        # V (and K without RoPE) are views of the QKV output: its whole storage stays alive.
+        total += d.act * d.tokens * (a + 2 * g) * kv // d.t
+        if rope or m.qk_layernorm:
+            total += d.act * d.tokens * g * kv // d.t                   # K copy
+    # else: unfused GQA saves K and V repeated to every head (core_attention_bytes), not the views.
+    if 1 < g < a or rope or m.qk_layernorm:
+        # Q is a copy when the reshape of its strided view cannot be a view (1 < g < a), or the
+        # output of RoPE / the q norm; with g == a (or g == 1) it is a view of the QKV output.
+        total += d.act * d.tokens * a * kv // d.t
     if m.qk_layernorm:
         total += d.act * d.tokens * (a + g) * kv // d.t + d.stat * d.tokens * (a + g) // d.t
     return total + core_attention_bytes(config, a, kv, kv, g)
@@ -146,11 +156,14 @@ def _mla_bytes(config: EstimatorConfig) -> int:
     a = m.num_attention_heads
     q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
     total = 0
+    normed = m.qk_layernorm        # the compressed q / kv are normalized only with --qk-layernorm
     if mla.q_lora_rank is not None:
-        total += d.act * d.tokens_r * mla.q_lora_rank + d.linear_in * d.tokens_r * mla.q_lora_rank
-        total += d.stat * d.tokens_r
+        total += d.act * d.tokens_r * mla.q_lora_rank
+        if normed:
+            total += d.linear_in * d.tokens_r * mla.q_lora_rank + d.stat * d.tokens_r
     total += d.act * d.tokens_r * (mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
-    total += d.linear_in * d.tokens_r * mla.kv_lora_rank + d.stat * d.tokens_r
+    if normed:
+        total += d.linear_in * d.tokens_r * mla.kv_lora_rank + d.stat * d.tokens_r
     if "mla_up_proj" not in d.recompute:
         total += d.act * d.tokens * a * q_head // d.t                                 # Q
         total += d.act * d.tokens * a * (mla.qk_head_dim + mla.v_head_dim) // d.t     # KV up, V's storage
@@ -162,11 +175,13 @@ def dense_mlp_bytes(config: EstimatorConfig, ffn: int, tokens: int, split: int) 
     m, k = config.model, config.kernels
     d = dims(config)
     fc1_width = 2 * ffn if m.gated_linear_unit else ffn
-    fc1_out = (1 if config.namespace.get("activation_func_fp8_input_store") else d.act) * tokens * fc1_width // split
+    fc1_out = d.act * tokens * fc1_width // split
     act_out = d.linear_in * tokens * ffn // split
     total = fc1_out + act_out
     if m.gated_linear_unit and not k.bias_swiglu_fusion:
-        total += d.act * tokens * ffn // split               # silu(x1) kept for the product's backward
+        # megatron/core/transformer/mlp.py glu(): act(x1) * (x2 + glu_linear_offset) keeps the
+        # activation output and the offset copy of x2 for the product's backward.
+        total += 2 * d.act * tokens * ffn // split
     return total
 
 
@@ -194,11 +209,15 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     if "moe" in d.recompute:
         return 0
     tokens = d.tokens // d.t if config.training.sequence_parallel else d.tokens
-    router = 9 * tokens * moe.num_experts                 # fp32 logits and scores, bool routing map
+    # Per local token: the routing map (bool) and its probabilities (16-bit, fp32 with
+    # --moe-router-dtype fp32) over E experts; top-k indices (int64), top-k probabilities
+    # (fp32) and the permutation indices (int64): 20 bytes per k.
+    prob_bytes = 4 if moe.router_dtype in ("fp32", "fp64") else 2
+    router = tokens * (moe.num_experts * (1 + prob_bytes) + 20 * moe.router_topk)
     rows = routed_rows(config, imbalance)
     etp = config.parallel.etp
     fc1_width = 2 * moe.ffn_hidden_size if m.gated_linear_unit else moe.ffn_hidden_size
-    routed = d.linear_in * rows * h + 4 * rows                        # dispatched input, permuted probs
+    routed = d.linear_in * rows * h + 2 * rows                        # dispatched input, permuted probs
     routed += d.act * rows * fc1_width // etp                          # fc1 output
     if "moe_act" not in d.recompute:
         routed += d.linear_in * rows * moe.ffn_hidden_size // etp      # activation output

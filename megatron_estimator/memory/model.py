@@ -43,14 +43,18 @@ def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple
     return [(i,) for i in layers[:n]], layers[n:]
 
 
-def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk) -> tuple[int, int]:
+def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) -> int:
+    return chunk_activation_bytes(config, chunk, imbalance)[0]
+
+
+def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> tuple[int, int]:
     """(bytes one microbatch keeps alive in this chunk, largest recompute re-materialization)."""
     groups, whole = _recompute_groups(config, chunk.layers)
-    kept = sum(act.layer_activations(config, i).total for i in whole)
+    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole)
     kept += len(groups) * act.layer_input_bytes(config)
     recompute_peak = 0
     for group in groups:
-        rematerialized = sum(act.layer_activations(config, i).total for i in group)
+        rematerialized = sum(act.layer_activations(config, i, imbalance).total for i in group)
         recompute_peak = max(recompute_peak, rematerialized)
     if chunk.pre_process:
         kept += act.embedding_activations(config)
@@ -200,6 +204,14 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("fsdp_unsharded_in_flight", states.fsdp_transient),
         ("deferred_embedding_wgrad", deferred),
     )
+    imbalanced = None
+    if config.model.moe is not None and overheads.routing_imbalance > 0:
+        hot = sum(n * _chunk_kept(config, chunk, overheads.routing_imbalance)
+                  for n, chunk in zip(inflight.chunk_microbatches, stage.chunks))
+        extra = hot - (activations - deferred)
+        hot_total = memory.total + extra
+        imbalanced = hot_total + device.cuda_context + device.communication_buffers + int(
+            hot_total * overheads.fragmentation)
     return StageEstimate(
         pipeline_rank=stage.pp_rank,
         layer_indices=stage.layers,
@@ -210,6 +222,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         peak_moment=f"{inflight.description}; transient: {moment}",
         details=details,
         budget_bytes=budget,
+        imbalanced_peak_bytes=imbalanced,
     )
 
 
@@ -313,6 +326,17 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         Assumption("fragmentation", f"allocator fragmentation {overheads.fragmentation:.0%} of allocated memory",
                    overheads.fragmentation),
     ]
+    if config.model.moe is not None:
+        imbalance = overheads.routing_imbalance
+        items.append(Assumption(
+            "routing", "MoE tokens spread evenly over the expert ranks"
+            + (f"; the imbalanced peak assumes the hottest rank receives {imbalance:.0%} more"
+               if imbalance else " (set --routing-imbalance for a hot-rank margin)"), imbalance))
     for note in config.notes:
         items.append(Assumption("megatron_derived", note))
+    from ..flag_effects import memory_assumptions
+
+    values = {dest: config.namespace.get(dest) for dest in config.given}
+    for flag, text in memory_assumptions(config.given, values):
+        items.append(Assumption("not_modelled", f"{flag}: {text}"))
     return tuple(items)

@@ -10,7 +10,8 @@ from):
   linear_proj ``a d -> h`` row-parallel (bias h, not split), q/k layernorm of size d;
 - multi-latent attention: megatron/core/transformer/multi_latent_attention.py: q path
   (``linear_q_proj`` or down ``h -> q_lora`` + norm + up ``q_lora -> a (qk + pe)``), kv path
-  (down ``h -> kv_lora + pe`` + norm + up ``kv_lora -> a (qk + v)``), out ``a v -> h``;
+  (down ``h -> kv_lora + pe`` + norm + up ``kv_lora -> a (qk + v)``), out ``a v -> h``; the two
+  norms exist only with --qk-layernorm;
   Transformer Engine duplicates the down projections on every TP rank, the local spec
   splits them like any column-parallel linear;
 - MLP: megatron/core/transformer/mlp.py: fc1 ``h -> F`` (``2F`` gated), fc2 ``F -> h``;
@@ -84,11 +85,13 @@ def attention_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]
             tensors += _linear(prefix + "self_attention.linear_q_proj", h, a * q_head // t, False)
         else:
             tensors += _linear(prefix + "self_attention.linear_q_down_proj", h, mla.q_lora_rank // down_split, False)
-            tensors += _norm(prefix + "self_attention.q_layernorm", mla.q_lora_rank, norm)
+            if m.qk_layernorm:  # the q / kv norms exist only with --qk-layernorm (IdentityOp otherwise)
+                tensors += _norm(prefix + "self_attention.q_layernorm", mla.q_lora_rank, norm)
             tensors += _linear(prefix + "self_attention.linear_q_up_proj", mla.q_lora_rank, a * q_head // t, False)
         kv_down = mla.kv_lora_rank + mla.qk_pos_emb_head_dim
         tensors += _linear(prefix + "self_attention.linear_kv_down_proj", h, kv_down // down_split, False)
-        tensors += _norm(prefix + "self_attention.kv_layernorm", mla.kv_lora_rank, norm)
+        if m.qk_layernorm:
+            tensors += _norm(prefix + "self_attention.kv_layernorm", mla.kv_lora_rank, norm)
         tensors += _linear(prefix + "self_attention.linear_kv_up_proj", mla.kv_lora_rank,
                            a * (mla.qk_head_dim + mla.v_head_dim) // t, False)
         tensors += _linear(prefix + "self_attention.linear_proj", a * mla.v_head_dim // t, h,

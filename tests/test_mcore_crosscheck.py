@@ -1,0 +1,150 @@
+"""The estimator's parameter counts against megatron-core 0.16.1 itself, per pipeline stage.
+
+megatron-core builds each model on the meta device (tests/mcore_reference.py) for every
+pipeline rank and virtual stage; one GPU of each stage must hold exactly the parameters the
+estimator says.  Counts are compared with the Transformer Engine spec's shapes (the default
+``--transformer-impl``), which the harness derives from the local spec it can build here.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from conftest import estimate
+
+mcore_reference = pytest.importorskip("mcore_reference")
+
+SPEC_KEYS = {
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "group_query_attention",
+    "ffn_hidden_size", "kv_channels", "vocab_size", "make_vocab_size_divisible_by", "max_position_embeddings",
+    "position_embedding_type", "normalization", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias",
+    "qk_layernorm", "untie_embeddings_and_output_weights", "num_experts", "moe_ffn_hidden_size",
+    "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_grouped_gemm",
+    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+    "v_head_dim", "mtp_num_layers", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "sequence_parallel", "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "pipeline_model_parallel_layout", "moe_shared_expert_gate",
+}
+
+COMMON = "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 1 --bf16"
+GPT = "--num-layers 4 --hidden-size 128 --num-attention-heads 4 --vocab-size 1000 " + COMMON
+LLAMA = ("--num-layers 4 --hidden-size 128 --ffn-hidden-size 352 --num-attention-heads 8 --group-query-attention "
+         "--num-query-groups 4 --swiglu --normalization RMSNorm --disable-bias-linear "
+         "--untie-embeddings-and-output-weights --position-embedding-type rope --vocab-size 1000 " + COMMON)
+MOE = (LLAMA.replace("--num-layers 4", "--num-layers 4") + " --num-experts 8 --moe-ffn-hidden-size 96 --moe-router-topk 2 "
+       "--moe-shared-expert-intermediate-size 192 --moe-layer-freq ([0]*1+[1]*3) --moe-grouped-gemm")
+MLA = ("--num-layers 4 --hidden-size 128 --ffn-hidden-size 352 --num-attention-heads 4 --multi-latent-attention "
+       "--q-lora-rank 64 --kv-lora-rank 32 --qk-head-dim 32 --qk-pos-emb-head-dim 16 --v-head-dim 32 --qk-layernorm "
+       "--swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
+       "--position-embedding-type rope --vocab-size 1000 " + COMMON)
+
+CASES = [
+    ("gpt tied", GPT, 1),
+    ("gpt tp2 pp2 tied copy", GPT + " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2", 4),
+    ("gpt untied qk-layernorm", GPT + " --untie-embeddings-and-output-weights --qk-layernorm", 1),
+    ("llama gqa tp2", LLAMA + " --tensor-model-parallel-size 2", 2),
+    ("llama pp2 vpp2", LLAMA + " --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+     "--global-batch-size 4", 2),
+    ("llama uneven", LLAMA.replace("--num-layers 4", "--num-layers 6") + " --pipeline-model-parallel-size 3 "
+     "--decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1", 3),
+    ("llama account for embedding and loss", LLAMA.replace("--num-layers 4", "--num-layers 6")
+     + " --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", 2),
+    ("moe dense-then-moe shared experts", MOE, 1),
+    ("moe ep4", MOE + " --expert-model-parallel-size 4", 4),
+    ("moe tp2 etp1 ep2 pp2", MOE + " --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+     "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel", 4),
+    ("moe shared gate", MOE + " --moe-shared-expert-gate", 1),
+    ("mla q-lora", MLA, 1),
+    ("mla tp2 (down projections duplicated)", MLA + " --tensor-model-parallel-size 2", 2),
+    ("mla without q-lora", MLA.replace("--q-lora-rank 64 ", ""), 1),
+    ("mla without qk-layernorm", MLA.replace("--qk-layernorm ", ""), 1),
+    ("mtp last stage", LLAMA + " --mtp-num-layers 1 --pipeline-model-parallel-size 2", 2),
+    ("mtp moe", MOE + " --mtp-num-layers 1", 1),
+    ("layout", LLAMA + " --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|t|t|tL "
+     "--global-batch-size 4", 2),
+]
+
+
+def spec_for(text: str) -> dict:
+    """The flags as a harness spec; MLA keys carry Megatron's argparse defaults (the harness
+    would otherwise take MLATransformerConfig's, e.g. q_lora_rank 512 instead of None)."""
+    from megatron_estimator.flags import flag_table, parse_megatron_argv
+
+    raw, problems = parse_megatron_argv(shlex.split(text))
+    assert not problems
+    spec = {dest: s.value for dest, s in raw.settings.items() if dest in SPEC_KEYS}
+    if spec.get("multi_latent_attention"):
+        for dest in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            spec.setdefault(dest, flag_table().default(dest))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def megatron_core():
+    ok, why = mcore_reference.megatron_core_available()
+    if not ok:
+        pytest.skip(f"megatron-core is not installed here: {why}")
+
+
+@pytest.mark.parametrize("name, text, world", CASES, ids=[c[0] for c in CASES])
+def test_parameters_per_stage_equal_megatron_core(megatron_core, name, text, world):
+    reference = mcore_reference.reference_parameter_counts(spec_for(text))
+    per_rank: dict[int, int] = {}
+    for stage in reference:
+        per_rank[stage.pipeline_rank] = per_rank.get(stage.pipeline_rank, 0) + stage.te_total
+    ours = [s.parameters for s in estimate(text, world).stages]
+    assert ours == [per_rank[r] for r in sorted(per_rank)]
+
+
+# --- Activations: the bytes a real forward pass of megatron-core's local spec saves ------------
+#
+# The harness runs one CPU forward pass under torch.autograd.graph.saved_tensors_hooks and
+# counts every storage autograd keeps (deduplicated), emulating the CUDA kernels' saving
+# behaviour (1-byte dropout masks, fp32 norm statistics, the fused causal softmax saving only
+# its output, TE's fused RoPE).  The estimator's --transformer-impl local layer must match it
+# exactly.  How Transformer Engine's kernels differ, and how the estimate models them, is in
+# megatron_estimator/memory/activations.py (flash/fused attention: no s^2 term, fp32 softmax
+# statistics instead; LayerNorm fused into the following linear, same saved tensors).
+
+ACT_COMMON = "--transformer-impl local --micro-batch-size 2 --seq-length 128 --max-position-embeddings 128 --bf16 --vocab-size 1000"
+ACT_GPT = "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --ffn-hidden-size 1024 " + ACT_COMMON
+ACT_LLAMA = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
+             "--ffn-hidden-size 704 --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope "
+             "--hidden-dropout 0 --attention-dropout 0 --untie-embeddings-and-output-weights " + ACT_COMMON)
+ACT_CASES = [
+    ("gpt", ACT_GPT, 1),
+    ("gpt selective core_attn", ACT_GPT + " --recompute-activations", 1),
+    ("gpt tp2", ACT_GPT + " --tensor-model-parallel-size 2", 2),
+    ("gpt tp2 sp", ACT_GPT + " --tensor-model-parallel-size 2 --sequence-parallel", 2),
+    ("llama gqa", ACT_LLAMA, 1),
+    ("llama mha", ACT_LLAMA.replace("--num-query-groups 4", "--num-query-groups 8"), 1),
+    ("llama unfused swiglu", ACT_LLAMA + " --no-bias-swiglu-fusion", 1),
+    ("llama selective core_attn", ACT_LLAMA + " --recompute-activations", 1),
+    ("llama tp2 sp", ACT_LLAMA + " --tensor-model-parallel-size 2 --sequence-parallel", 2),
+    ("moe allgather", ACT_LLAMA + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 128", 1),
+    ("moe shared expert", ACT_LLAMA + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 128 "
+     "--moe-shared-expert-intermediate-size 256", 1),
+]
+
+
+@pytest.mark.parametrize("name, text, world", ACT_CASES, ids=[c[0] for c in ACT_CASES])
+def test_layer_activations_equal_saved_tensors(megatron_core, name, text, world):
+    from conftest import resolve
+    from megatron_estimator.memory.activations import layer_activations
+
+    spec = spec_for(text)
+    for dest in ("recompute_granularity", "recompute_modules", "bias_swiglu_fusion", "hidden_dropout",
+                 "attention_dropout", "recompute_activations"):
+        from megatron_estimator.flags import parse_megatron_argv
+
+        raw, _ = parse_megatron_argv(shlex.split(text))
+        if raw.given(dest):
+            spec[dest] = raw.value(dest)
+    measured = mcore_reference.saved_activation_bytes(spec, seq_length=128, micro_batch_size=2)
+    config = resolve(text, world)
+    assert layer_activations(config, 1).total == measured.layer_bytes(1)
