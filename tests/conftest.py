@@ -67,7 +67,7 @@ def problems_of(text: str, world_size: int | None = 1, environ: dict | None = No
     return []
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_calibration():
     if not CALIBRATION_TSV.is_file():
         pytest.skip(f"{CALIBRATION_TSV} is not here (the calibration data lives in ../shared)")

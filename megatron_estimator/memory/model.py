@@ -81,18 +81,24 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     return widest + 2 * nbytes * s * b * m.hidden_size
 
 
-def _loss_transient(config: EstimatorConfig) -> int:
+def fused_cross_entropy_extra_buffers(compute_capability: float) -> int:
+    """fp32 [s, b, V/t] buffers the fused cross entropy adds over the unfused one.
+
+    megatron/core/fusions/fused_cross_entropy.py runs its steps under torch.compile
+    (megatron/core/jit.py jit_fuser): the unfused path's in-place subtract / exp / divide on
+    the fp32 logits become functional kernels whose results are written back.  Megatron-LM's
+    CI measures one extra buffer on Hopper and Blackwell and two on Ampere, where the
+    compiler's reduction kernels keep one more intermediate."""
+    return 1 if compute_capability >= 9.0 else 2
+
+
+def _loss_transient(config: EstimatorConfig, compute_capability: float = 9.0) -> int:
     """Transient bytes at the loss on the last stage, beyond what the microbatch keeps."""
     m, p, tr = config.model, config.parallel, config.training
     logits = tr.seq_length // p.cp * tr.micro_batch_size * m.padded_vocab_size // p.tp
     transient = act.loss_activations(config)[1]
     if tr.cross_entropy_loss_fusion:
-        # megatron/core/fusions/fused_cross_entropy.py runs its steps under torch.compile
-        # (megatron/core/jit.py jit_fuser): the unfused path's in-place subtract / exp / divide
-        # on the fp32 logits become functional kernels whose results are written back, so up
-        # to two more fp32 [s, b, V/t] buffers are alive at once (how many depends on the
-        # compiler's buffer reuse; the bound is taken).
-        transient += 8 * logits
+        transient += 4 * logits * fused_cross_entropy_extra_buffers(compute_capability)
     if not config.kernels.gradient_accumulation_fusion:
         # The output layer's weight gradient is materialized in the param dtype before it is
         # added to main_grad (megatron/core/tensor_parallel/layers.py without fusion).
@@ -172,7 +178,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     if recompute:
         transients["recompute"] = recompute
     if stage.post_process:
-        transients["loss"] = _loss_transient(config)
+        transients["loss"] = _loss_transient(config, overheads.compute_capability)
     moment = max(transients, key=transients.get)
     transient = transients[moment]
 
