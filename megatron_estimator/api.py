@@ -156,9 +156,11 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
+    overheads = overheads or Overheads()
     try:
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
-                                environ=env)
+                                environ=env,
+                                compute_capability=overheads.compute_capability if overheads.gpu_known else None)
     except InvalidInput as err:
         return Verdict(inp.source, problems=tuple(problems) + tuple(p for p in err.problems if p not in problems))
     if problems:
@@ -168,7 +170,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
-                             overheads=overheads or Overheads(), environ=env)
+                             overheads=overheads, environ=env)
     return Verdict(inp.source, estimate=result)
 
 

@@ -130,6 +130,7 @@ def _overheads(settings):
         fragmentation=settings.fragmentation,
         routing_imbalance=settings.routing_imbalance,
         compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
+        gpu_known=gpu is not None,
     )
 
 

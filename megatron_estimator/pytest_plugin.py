@@ -343,7 +343,7 @@ def _overheads(settings, gpu):
     """The overhead assumptions from the project settings, for the GPU in force."""
     from .memory.overhead import Overheads
 
-    extra = {"compute_capability": gpu.compute_capability_value} if gpu is not None else {}
+    extra = {"compute_capability": gpu.compute_capability_value, "gpu_known": True} if gpu is not None else {}
     return Overheads(cuda_context_bytes=settings.cuda_context, nccl_bytes_per_communicator=settings.nccl_buffers,
                      fragmentation=settings.fragmentation, routing_imbalance=settings.routing_imbalance, **extra)
 

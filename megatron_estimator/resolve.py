@@ -42,7 +42,10 @@ def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None)
 
 
 def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_source: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> EstimatorConfig:
+                   environ: Mapping[str, str] | None = None,
+                   compute_capability: float | None = None) -> EstimatorConfig:
+    """``compute_capability``: the GPU's, when the user named one (checks that depend on the
+    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then)."""
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
     namespace = dict(flag_table().defaults())
@@ -63,6 +66,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
 
     derived, notes = derive_namespace(namespace, world)
     derived["world_size_source"] = source
+    derived["_compute_capability"] = compute_capability
     problems.extend(check_rules(derived, raw, environ))
 
     vocab = resolve_vocabulary(

@@ -42,7 +42,7 @@ def results(shared_calibration):
             inp, problems = input_from_flags(argv, environ=env)
             gpu = lookup_gpu(calibrate.CI_GPUS[row["gpu"]])
             verdict = evaluate(inp, world_size=int(row["world_size"]), environ=env, problems=problems,
-                               overheads=Overheads(compute_capability=gpu.compute_capability_value))
+                               overheads=Overheads(compute_capability=gpu.compute_capability_value, gpu_known=True))
             measured = int(row["measured_peak_allocated_bytes"])
             error = None
             if verdict.estimate is not None:

@@ -111,3 +111,32 @@ def test_sequence_parallel_dropped_at_tp1_is_said():
     config = resolve(TINY_GPT + " --sequence-parallel")
     assert config.training.sequence_parallel is False
     assert any("sequence parallel is off" in note for note in config.notes)
+
+
+@pytest.mark.parametrize("extra, world, expected", [
+    ("--num-experts 4 --tensor-model-parallel-size 2", 2, ("moe-tp-needs-sequence-parallel", "--tensor-model-parallel-size")),
+    ("--num-experts 4 --moe-enable-deepep", 1, ("deepep-needs-flex", "--moe-enable-deepep")),
+    ("--num-experts 4 --overlap-moe-expert-parallel-comm", 1, ("moe-overlap-needs-ep", "--overlap-moe-expert-parallel-comm")),
+    ("--num-experts 4 --expert-model-parallel-size 2 --overlap-moe-expert-parallel-comm", 2,
+     ("moe-overlap-dispatcher", "--overlap-moe-expert-parallel-comm")),
+    ("--fine-grained-activation-offloading --offload-modules attn_proj", 1,
+     ("offload-attn-proj-needs-core-attn", "--offload-modules")),
+    ("--fine-grained-activation-offloading --offload-modules qkv_linear --transformer-impl local", 1,
+     ("offloading-needs-te", "--fine-grained-activation-offloading")),
+])
+def test_moe_and_offloading_rules(extra, world, expected):
+    assert expected in codes(TINY_GPT + " " + extra, world)
+
+
+def test_cuda_device_max_connections_only_when_the_gpu_is_known():
+    from megatron_estimator.errors import InvalidInput
+    from megatron_estimator.flags import parse_megatron_argv
+    from megatron_estimator.resolve import resolve_config
+
+    raw, _ = parse_megatron_argv((TINY_GPT + " --tensor-model-parallel-size 2").split())
+    with pytest.raises(InvalidInput) as err:
+        resolve_config(raw, world_size=2, environ={}, compute_capability=9.0)
+    assert [p.code for p in err.value.problems] == ["cuda-device-max-connections"]
+    resolve_config(raw, world_size=2, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, compute_capability=9.0)
+    resolve_config(raw, world_size=2, environ={}, compute_capability=10.0)   # Blackwell: no such rule
+    resolve_config(raw, world_size=2, environ={})                            # GPU unknown: not checked

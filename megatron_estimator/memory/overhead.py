@@ -29,6 +29,7 @@ class Overheads:
     fragmentation: float = 0.05
     routing_imbalance: float = 0.0
     compute_capability: float = 9.0          # Hopper unless the GPU is known
+    gpu_known: bool = False                  # the user named the GPU (--gpu): GPU-specific checks run
 
 
 # cuBLAS handles (and so workspaces) are per thread: the forward runs on the main thread and

@@ -480,6 +480,86 @@ def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator
                           "--attention-backend")
 
 
+@rule
+def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+    if not ns.get("num_experts"):
+        return
+    # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel.
+    if (ns.get("tensor_model_parallel_size") or 1) > 1 and not ns.get("sequence_parallel"):
+        yield Problem("moe-tp-needs-sequence-parallel", raw.location("tensor_model_parallel_size"),
+                      "MoE with tensor parallel size > 1 needs --sequence-parallel (Megatron raises "
+                      "during training otherwise)")
+    # transformer_config.py __post_init__
+    if ns.get("moe_enable_deepep") and ns.get("moe_token_dispatcher_type") != "flex":
+        yield Problem("deepep-needs-flex", raw.location("moe_enable_deepep"),
+                      "--moe-enable-deepep needs --moe-token-dispatcher-type flex")
+    if ns.get("moe_pad_expert_input_to_capacity") and ns.get("moe_expert_capacity_factor") is None:
+        yield Problem("pad-needs-capacity-factor", raw.location("moe_pad_expert_input_to_capacity"),
+                      "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+    if ns.get("overlap_moe_expert_parallel_comm"):
+        where = raw.location("overlap_moe_expert_parallel_comm")
+        if (ns.get("pipeline_model_parallel_size") or 1) > 1 and not ns.get("virtual_pipeline_model_parallel_size"):
+            yield Problem("moe-overlap-needs-vpp", where,
+                          "--overlap-moe-expert-parallel-comm with pipeline parallelism needs virtual "
+                          "pipeline stages (--num-virtual-stages-per-pipeline-rank)")
+        if (ns.get("expert_model_parallel_size") or 1) <= 1:
+            yield Problem("moe-overlap-needs-ep", where,
+                          "--overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1")
+        if ns.get("moe_token_dispatcher_type") not in ("alltoall", "flex"):
+            yield Problem("moe-overlap-dispatcher", where,
+                          "--overlap-moe-expert-parallel-comm needs --moe-token-dispatcher-type alltoall or flex")
+        if ns.get("recompute_granularity") == "full":
+            yield Problem("moe-overlap-with-full-recompute", where,
+                          "--overlap-moe-expert-parallel-comm cannot be combined with full recompute")
+
+
+OFFLOAD_MODULES = {"core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "moe_act", "attn_norm",
+                   "mlp_norm", "qkv_linear", "gdp_qkv"}
+
+
+@rule
+def activation_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+    # arguments.py validate_args and transformer_config.py __post_init__
+    if not ns.get("fine_grained_activation_offloading"):
+        return
+    where = raw.location("fine_grained_activation_offloading")
+    if ns.get("transformer_impl") != "transformer_engine":
+        yield Problem("offloading-needs-te", where,
+                      "fine-grained activation offloading needs --transformer-impl transformer_engine")
+    if ns.get("cpu_offloading"):
+        yield Problem("offloading-conflict", where,
+                      "--fine-grained-activation-offloading cannot be combined with --cpu-offloading-num-layers")
+    modules = list(ns.get("offload_modules") or [])
+    if not modules:
+        yield Problem("offload-modules-required", where,
+                      "--fine-grained-activation-offloading needs --offload-modules")
+    unknown = sorted(set(modules) - OFFLOAD_MODULES)
+    if unknown:
+        yield Problem("invalid-choice", raw.location("offload_modules"),
+                      f"unknown --offload-modules {', '.join(unknown)}; choose from {', '.join(sorted(OFFLOAD_MODULES))}")
+    if "attn_proj" in modules and "core_attn" not in modules:
+        yield Problem("offload-attn-proj-needs-core-attn", raw.location("offload_modules"),
+                      "offloading attn_proj needs core_attn too: attn_proj's input is core_attn's output")
+
+
+@rule
+def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+    # arguments.py validate_args: before Blackwell, TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1
+    # (unless Megatron-FSDP / torch FSDP2 / the MoE expert-parallel overlap say otherwise).
+    arch = ns.get("_compute_capability")
+    if arch is None or arch >= 10:
+        return
+    if (ns.get("tensor_model_parallel_size") or 1) <= 1 and (ns.get("context_parallel_size") or 1) <= 1:
+        return
+    if ns.get("use_megatron_fsdp") or ns.get("use_torch_fsdp2") or ns.get("overlap_moe_expert_parallel_comm"):
+        return
+    if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        yield Problem("cuda-device-max-connections", "CUDA_DEVICE_MAX_CONNECTIONS",
+                      "tensor or context parallelism on this GPU (compute capability "
+                      f"{arch:g}) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment; Megatron stops "
+                      f"otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
+
+
 def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> list[Problem]:
     problems: list[Problem] = []
     for check in RULES:
