@@ -60,6 +60,34 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
     return TrainingInput(raw, source=source), tuple(problems)
 
 
+def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A HuggingFace config.json (``--hf-config``) or a named preset (``--model``) supplies the
+    architecture; Megatron flags add to it or override it.  The notes show the flags the
+    architecture maps to, so the user sees what was assumed."""
+    if hf_config is not None:
+        from .hf import load_hf_config
+
+        imported = load_hf_config(hf_config)
+        label = f"--hf-config {hf_config}"
+    else:
+        from .presets import load_preset
+
+        imported = load_preset(model)
+        label = f"--model {model}"
+    flag_input, flag_problems = input_from_flags(flags, environ=environ) if flags else (
+        TrainingInput(RawArgs(), source="command line"), ())
+    raw = imported.raw.merged(flag_input.raw) if flag_input.raw.settings else imported.raw
+    overridden = sorted(set(imported.raw.settings) & set(flag_input.raw.settings))
+    notes = [f"{label} supplies: {imported.command_line()}"] if imported.flags else []
+    if overridden:
+        notes.append("the command line overrides " + ", ".join("--" + d.replace("_", "-") for d in overridden))
+    notes.extend(note.message for note in imported.notes)
+    source = label if not flags else f"{label} + command line"
+    return (TrainingInput(raw, source=source, notes=tuple(notes) + flag_input.notes),
+            tuple(imported.problems) + tuple(flag_problems))
+
+
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""

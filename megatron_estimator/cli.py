@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Estimate per-stage GPU memory for Megatron flags given after '--'.",
                        allow_abbrev=False)
     _common(p)
+    model = p.add_argument_group("model architecture (flags after '--' add to it or override it)")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--hf-config", metavar="PATH",
+                        help="a local HuggingFace config.json (or a directory holding one)")
+    source.add_argument("--model", metavar="PRESET",
+                        help="a named model: " + ", ".join(_preset_names()))
     p.add_argument("megatron_args", nargs=argparse.REMAINDER, metavar="-- MEGATRON_FLAGS")
 
     p = sub.add_parser("run", help="check a launch command, then run it unchanged if it fits",
@@ -94,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "report; a training input that is broken is still invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
     return parser
+
+
+def _preset_names() -> tuple[str, ...]:
+    from .presets import preset_names
+
+    return preset_names()
 
 
 def _strip_separator(args: Sequence[str]) -> list[str]:
@@ -172,7 +184,7 @@ def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
 
 
 def cmd_estimate(ns, environ) -> int:
-    from .api import evaluate, input_from_flags
+    from .api import evaluate, input_from_flags, input_from_model
 
     settings, problems = _options(ns, environ)
     fmt = settings.format
@@ -181,9 +193,13 @@ def cmd_estimate(ns, environ) -> int:
         _emit(text, sys.stdout)
         return code
     args = _strip_separator(ns.megatron_args)
-    if not args:
-        raise UsageError("give Megatron flags after '--', e.g. estimate -- --num-layers 32 ...")
-    inp, problems = input_from_flags(args, environ=environ)
+    if ns.hf_config or ns.model:
+        inp, problems = input_from_model(args, hf_config=ns.hf_config, model=ns.model, environ=environ)
+    elif not args:
+        raise UsageError("give Megatron flags after '--' (e.g. estimate -- --num-layers 32 ...), "
+                         "or --model / --hf-config")
+    else:
+        inp, problems = input_from_flags(args, environ=environ)
     world, world_source = ns.world_size, "--world-size" if ns.world_size else None
     if world is None:
         world, world_source, env_problems = _world_size_from_env(environ)
