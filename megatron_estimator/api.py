@@ -31,6 +31,7 @@ class TrainingInput:
     world_size_source: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
     notes: tuple[str, ...] = ()
+    job_environment: bool = False      # the environment is the launched job's (run, launch scripts)
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -100,7 +101,7 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
                                           locations=command.megatron_locations, source=command.script)
     inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
-                  environment=command.environment_dict)
+                  environment=command.environment_dict, job_environment=True)
     return inp, tuple(problems) + flag_problems, command
 
 
@@ -158,7 +159,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         inp, flag_problems = input_from_flags(script.command.megatron_argv, environ=run_env,
                                               locations=script.command.megatron_locations, source=name)
         return (replace(inp, world_size=script.world_size, world_size_source=script.world_size_source,
-                        environment=script.environment_dict),
+                        environment=script.environment_dict, job_environment=True),
                 tuple(problems) + flag_problems)
     if kind == "hf-config":
         from .hf import load_hf_config
@@ -188,7 +189,8 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     try:
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
                                 environ=env,
-                                compute_capability=overheads.compute_capability if overheads.gpu_known else None)
+                                compute_capability=overheads.compute_capability if overheads.gpu_known else None,
+                                job_environment=inp.job_environment)
     except InvalidInput as err:
         return Verdict(inp.source, problems=tuple(problems) + tuple(p for p in err.problems if p not in problems))
     if problems:

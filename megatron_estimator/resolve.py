@@ -19,6 +19,9 @@ from .validation.rules import check_rules
 from .validation.schema import check_config_schema
 from .vocab import resolve_vocabulary
 
+# Rules about the job's environment: errors when the environment is the job's own.
+ENVIRONMENT_RULES = {"cuda-device-max-connections"}
+
 SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
               "expert_model_parallel_size", "expert_tensor_parallel_size")
 
@@ -43,9 +46,12 @@ def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None)
 
 def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_source: str | None = None,
                    environ: Mapping[str, str] | None = None,
-                   compute_capability: float | None = None) -> EstimatorConfig:
+                   compute_capability: float | None = None,
+                   job_environment: bool = False) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
-    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then)."""
+    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
+    ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
+    config files it is only the checking shell's, so environment rules become notes."""
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
     namespace = dict(flag_table().defaults())
@@ -67,7 +73,12 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     derived, notes = derive_namespace(namespace, world)
     derived["world_size_source"] = source
     derived["_compute_capability"] = compute_capability
-    problems.extend(check_rules(derived, raw, environ))
+    rule_problems = check_rules(derived, raw, environ)
+    if not job_environment:
+        for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:
+            rule_problems.remove(problem)
+            notes.append(f"the job's environment needs {problem.location}=1: {problem.message}")
+    problems.extend(rule_problems)
 
     vocab = resolve_vocabulary(
         vocab_size=derived.get("vocab_size"),
