@@ -624,7 +624,7 @@ class _Search:
 
         # Validate the input once: the types and ranges of everything the user gave, then the
         # model alone (one GPU, Megatron's default layout).
-        given = dict(defaults)
+        given = dict(self.namespace)
         given.update({d: s.value for d, s in inp.raw.settings.items()})
         problems = check_config_schema(given, inp.raw)
         if problems:

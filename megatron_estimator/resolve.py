@@ -77,7 +77,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     if not job_environment:
         for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:
             rule_problems.remove(problem)
-            notes.append(f"the job's environment needs {problem.location}=1: {problem.message}")
+            notes.append(f"job environment (not checked here): {problem.message}")
     problems.extend(rule_problems)
 
     vocab = resolve_vocabulary(

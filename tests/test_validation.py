@@ -141,6 +141,7 @@ def test_cuda_device_max_connections_only_when_the_gpu_is_known():
                    job_environment=True)
     # A config file checked in a shell that is not the job's: a note, not an error.
     config = resolve_config(raw, world_size=2, environ={}, compute_capability=9.0)
-    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in note for note in config.notes)
+    assert any(note.startswith("job environment (not checked here): ") and "CUDA_DEVICE_MAX_CONNECTIONS=1" in note
+               for note in config.notes)
     resolve_config(raw, world_size=2, environ={}, compute_capability=10.0)   # Blackwell: no such rule
     resolve_config(raw, world_size=2, environ={})                            # GPU unknown: not checked
