@@ -112,6 +112,7 @@ _MODELOPT_BUILDER = "ModelOpt's model builder (its own layer specs) is not model
 
 # Dests the estimate reads: changing one changes the estimate.
 MODELLED: frozenset[str] = frozenset({
+    "fp8_amax_history_len",
     "deterministic_mode",
     "overlap_moe_expert_parallel_comm",
     "wgrad_deferral_limit",
@@ -275,7 +276,6 @@ NOT_MODELLED: Mapping[str, str] = MappingProxyType({
     "fused_residual_rmsnorm": "the fused residual + RMSNorm backward saves different tensors; not modelled",
     "use_transformer_engine_op_fuser": "Transformer Engine's operation fuser saves different tensors than the modelled layers; not modelled",
     "fp8_quantizer_factory": "custom fp8 quantizers are not modelled",
-    "fp8_amax_history_len": "fp8 amax history buffers (history length x tensors per GEMM) are not counted",
     "fp8_wgrad": "weight gradients computed in high precision keep high-precision copies of GEMM inputs; not modelled",
     "fp8_output_proj": "fp8 for the attention output projection changes its saved input; not modelled",
     "first_last_layers_bf16": _BF16_LAYERS,

@@ -603,7 +603,6 @@ class _Search:
     def __init__(self, inp: TrainingInput, world: int, gbs: int, budget: int, overheads, environ,
                  space: SearchSpace, proxy: ProxyAssumptions):
         from .flags import flag_table
-        from .memory.overhead import cublas_workspace_bytes, te_workspace_bytes
         from .resolve import resolve_config
         from .validation.rules import RULES
         from .validation.schema import check_config_schema
@@ -639,9 +638,6 @@ class _Search:
             self.reference = None
             self.base_problems = tuple(err.problems)
 
-        self.workspaces = (cublas_workspace_bytes(environ, overheads.compute_capability)[0]
-                           + te_workspace_bytes(overheads.compute_capability,
-                                                self.namespace.get("transformer_impl", "transformer_engine")))
         self.user_pipeline = _user_pipeline_choice(inp.raw)
         self.proxy_model: _ProxyModel | None = None
 
@@ -649,11 +645,11 @@ class _Search:
         self._vocab: dict[int, Any] = {}
         self._stages: dict[tuple, tuple] = {}
         self._layer_counts: dict[tuple, tuple[int, int]] = {}
-        self._optimizer_bytes: float | None = None
         self._states: dict[tuple, int] = {}
         self._act_configs: dict[tuple, Any] = {}
         self._chunk_acts: dict[tuple, tuple[int, int]] = {}
         self._stage_acts: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._deferred: dict[tuple, int] = {}
         self._recomputed: dict[tuple, float] = {}
 
         self.searched = self.valid = 0
@@ -800,19 +796,6 @@ class _Search:
             counts = self._layer_counts[key] = (c.dense, c.expert)
         return counts
 
-    def optimizer_bytes_per_parameter(self) -> float:
-        """Master weights + optimizer moments per (unsharded) parameter: memory/states.py on one
-        probe tensor without the distributed optimizer."""
-        if self._optimizer_bytes is None:
-            from .memory.parameters import ParamTensor
-            from .memory.states import model_states
-
-            probe = 1 << 24
-            config = replace(self.reference, precision=replace(self.reference.precision, use_distributed_optimizer=False))
-            states = model_states(config, [[ParamTensor("probe", probe)]])
-            self._optimizer_bytes = states.optimizer_states / probe
-        return self._optimizer_bytes
-
     def get_proxy_model(self, config) -> "_ProxyModel":
         if self.proxy_model is None:
             self.proxy_model = _proxy_model(self, config)
@@ -830,9 +813,33 @@ def _recompute_overlay(rec: Recompute, sp: bool, derived: Mapping) -> dict:
     return over
 
 
+def _stage_other(cfg, stage, per_chunk, overheads, environ) -> int:
+    """A stage's bytes besides model states and kept activations: the largest transient, the
+    workspaces, the batch and the global buffers, term by term as memory/model.py
+    ``estimate_stage`` adds them (without the FSDP transient, which comes with the states)."""
+    from .memory import activations as act
+    from .memory import model as mm
+    from .memory.overhead import cublas_workspace_bytes, te_workspace_bytes
+
+    ns = cfg.namespace
+    backward = mm._layer_backward_working_set(cfg, stage.layers)
+    transients = [backward]
+    if ns.get("fine_grained_activation_offloading") and stage.layers:
+        transients.append(backward + max(act.offloaded_bytes(cfg, i) for i in stage.layers))
+    if ns.get("overlap_moe_expert_parallel_comm") and stage.layers:
+        transients.append(backward + max(act.layer_activations(cfg, i).total for i in stage.layers))
+    transients.append(max((r for _, r in per_chunk), default=0))
+    if stage.post_process:
+        transients.append(mm._loss_transient(cfg, overheads.compute_capability))
+    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability, bool(ns.get("deterministic_mode")))
+    te = te_workspace_bytes(overheads.compute_capability, cfg.kernels.transformer_impl)
+    batch = mm._batch_bytes(cfg) if (stage.pre_process or stage.post_process) else 0
+    return max(transients) + cublas + te + batch + mm._global_buffers(cfg)
+
+
 class _LayoutMemory:
-    """The per-stage memory of one layout, from the estimator's own functions, cached by what
-    each depends on.
+    """The per-stage memory of one layout, composed the way memory/model.py ``estimate_stage``
+    composes it, from the same functions, with their results cached by what each depends on.
 
     Stages with the same structure (layer kinds, embedding, loss, output weight, MTP) share
     model states and per-microbatch activations.  Without virtual stages a lower rank of such
@@ -846,11 +853,11 @@ class _LayoutMemory:
         self.search, self.layout, self.derived, self.stages = search, layout, derived, stages
         self.vpp = derived.get("virtual_pipeline_model_parallel_size")
         self.group_size = derived["microbatch_group_size_per_vp_stage"]
+        self.combined_1f1b = bool(derived.get("overlap_moe_expert_parallel_comm"))
         self._config = None
-        dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, self.vpp)
-        self.dims = dims
+        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, self.vpp)
         o = search.overheads
-        self.fixed = o.cuda_context_bytes + o.nccl_bytes_per_communicator * len(communicators(dims, search.moe))
+        self.fixed = o.cuda_context_bytes + o.nccl_bytes_per_communicator * len(communicators(self.dims, search.moe))
         self.fragmentation = o.fragmentation
         pattern = search.layer_pattern()
         classes: dict[tuple, list[int]] = {}
@@ -860,7 +867,7 @@ class _LayoutMemory:
             classes.setdefault(sig, []).append(stage.pp_rank)
         self.classes = [(sig, ranks if self.vpp else ranks[:1]) for sig, ranks in classes.items()]
         self._bound: dict[bool, bool] = {}
-        self._states: dict[bool, list[int]] = {}
+        self._states: dict[bool, list[tuple[int, int]]] = {}
 
     @property
     def config(self):
@@ -874,20 +881,20 @@ class _LayoutMemory:
     # model states
 
     def states_exceed(self, do: bool) -> bool:
-        """Whether a lower bound of the model states puts some stage over the budget: every
-        local parameter of the decoder layers has a weight and a gradient (memory/states.py:
-        the buffers hold at least every element) and its share of the optimizer states
-        (sharded over dp x cp, or expert dp, at most, with the distributed optimizer)."""
+        """Whether a lower bound of the model states alone puts some stage over the budget.
+
+        The bound is memory/states.py ``model_states`` of the stage's decoder-layer parameters
+        as one dense and one expert tensor, of the kind that costs least: the states grow with
+        the elements (padding only adds), and the embedding, output layer and MTP layers are
+        left out."""
         bound = self._bound.get(do)
         if bound is None:
-            from .memory.states import DTYPE_BYTES
+            from .memory.parameters import ParamTensor
+            from .memory.states import model_states
 
             search, lay = self.search, self.layout
-            prec = search.reference.precision
-            per_param = DTYPE_BYTES[prec.params_dtype] + DTYPE_BYTES[prec.main_grads_dtype]
-            optimizer = search.optimizer_bytes_per_parameter()
-            dense_shard = self.dims.dp * self.dims.cp if do else 1
-            expert_shard = self.dims.edp if do else 1
+            ref = search.reference
+            config = replace(ref, parallel=self.dims, precision=replace(ref.precision, use_distributed_optimizer=do))
             worst = 0
             for sig, _ in self.classes:
                 dense = expert = 0
@@ -896,14 +903,22 @@ class _LayoutMemory:
                         d, e = search.layer_counts(lay.tp, lay.ep, lay.etp, kind)
                         dense += d
                         expert += e
-                lower = (dense + expert) * per_param + optimizer * (dense / dense_shard + expert / expert_shard)
-                worst = max(worst, int(lower) - 16 * len(sig))      # model_states truncates per buffer
+                lowest = None
+                for kind in ("linear", "norm"):
+                    probe = [ParamTensor("probe", dense, False, kind)] if dense else []
+                    if expert:
+                        probe.append(ParamTensor("probe.expert", expert, True, kind))
+                    st = model_states(config, [probe])
+                    total = st.weights + st.gradients + st.optimizer_states
+                    lowest = total if lowest is None else min(lowest, total)
+                # model_states truncates per buffer group; the real stage has more groups.
+                worst = max(worst, lowest - 8 * len(sig))
             device = worst + self.fixed + int(worst * self.fragmentation)
             bound = self._bound[do] = device > search.budget
         return bound
 
-    def states(self, do: bool) -> list[int]:
-        """Weights + gradients + optimizer states of each stage group (memory/states.py)."""
+    def states(self, do: bool) -> list[tuple[int, int]]:
+        """(weights + gradients + optimizer states, FSDP transient) of each stage group (memory/states.py)."""
         out = self._states.get(do)
         if out is None:
             from .memory.parameters import chunk_tensors
@@ -922,7 +937,7 @@ class _LayoutMemory:
                 if value is None:
                     stage = self.stages[ranks[0]]
                     st = model_states(config, [chunk_tensors(config, chunk) for chunk in stage.chunks])
-                    value = cache[key] = st.weights + st.gradients + st.optimizer_states
+                    value = cache[key] = (st.weights + st.gradients + st.optimizer_states, st.fsdp_transient)
                 out.append(value)
             self._states[do] = out
         return out
@@ -930,23 +945,24 @@ class _LayoutMemory:
     # activations
 
     def _act_config(self, mbs: int, rec: Recompute, sp: bool):
-        """A configuration with this batch and recompute choice, for the activation formulas
-        (memory/activations.py, memory/model.py), which read tp, cp and the training settings."""
-        key = (self.layout.tp, self.layout.cp, mbs, rec, sp)
+        """A configuration with this batch and recompute choice for the activation terms, which
+        read tp, cp, ep, etp and the training settings (not pp, the split or the optimizer)."""
+        lay = self.layout
+        key = (lay.tp, lay.cp, lay.ep, lay.etp, mbs, rec, sp)
         cfg = self.search._act_configs.get(key)
         if cfg is None:
             base = self.config
             modules = rec.modules if rec.modules is not None else tuple(self.derived.get("recompute_modules") or ())
-            cfg = self.search._act_configs[key] = replace(base, training=replace(
-                base.training, micro_batch_size=mbs, sequence_parallel=sp,
-                recompute_granularity=rec.granularity, recompute_method=rec.method,
-                recompute_num_layers=rec.num_layers, recompute_modules=modules,
-                distribute_saved_activations=False))
+            cfg = self.search._act_configs[key] = replace(
+                base, parallel=ParallelDims(self.search.world, lay.tp, 1, lay.cp, lay.ep, lay.etp),
+                training=replace(base.training, micro_batch_size=mbs, sequence_parallel=sp,
+                                 recompute_granularity=rec.granularity, recompute_method=rec.method,
+                                 recompute_num_layers=rec.num_layers, recompute_modules=modules,
+                                 distribute_saved_activations=False))
         return key, cfg
 
     def _group_activations(self, akey, cfg, index: int) -> tuple[tuple[int, ...], int]:
-        """(bytes one microbatch keeps in each chunk, the stage's transient + workspaces + batch),
-        as memory/model.py ``estimate_stage`` adds them."""
+        """(bytes one microbatch keeps in each chunk, the stage's other bytes but the FSDP transient)."""
         from .memory import model as mm
 
         sig, ranks = self.classes[index]
@@ -955,22 +971,29 @@ class _LayoutMemory:
         if cached is None:
             chunk_acts = self.search._chunk_acts
             stage = self.stages[ranks[0]]
-            kept, recompute_peak = [], 0
+            per_chunk = []
             for chunk, (kinds, _, pre, post, _, mtp) in zip(stage.chunks, sig):
                 ckey = (akey, kinds, pre, post, mtp)
                 value = chunk_acts.get(ckey)
                 if value is None:
                     value = chunk_acts[ckey] = mm.chunk_activation_bytes(cfg, chunk)
-                kept.append(value[0])
-                recompute_peak = max(recompute_peak, value[1])
-            transient = max(mm._layer_backward_working_set(cfg, stage.layers), recompute_peak)
-            if stage.post_process:
-                transient = max(transient, mm._loss_transient(cfg))
-            other = transient + self.search.workspaces
-            if stage.pre_process or stage.post_process:
-                other += mm._batch_bytes(cfg)
-            cached = self.search._stage_acts[key] = (tuple(kept), other)
+                per_chunk.append(value)
+            other = _stage_other(cfg, stage, per_chunk, self.search.overheads, self.search.env)
+            cached = self.search._stage_acts[key] = (tuple(kept for kept, _ in per_chunk), other)
         return cached
+
+    def _deferred(self, akey, cfg, m: int) -> int:
+        """memory/model.py ``_deferred_wgrad_bytes`` for M microbatches (last stage only)."""
+        if not cfg.training.defer_embedding_wgrad_compute:
+            return 0
+        from .memory import model as mm
+
+        key = (akey, m)
+        value = self.search._deferred.get(key)
+        if value is None:
+            value = self.search._deferred[key] = mm._deferred_wgrad_bytes(
+                replace(cfg, training=replace(cfg.training, num_microbatches=m)))
+        return value
 
     def peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int] | None:
         """(device peak, allocated peak, rank) of the peak stage; None as soon as a stage is over budget."""
@@ -979,13 +1002,16 @@ class _LayoutMemory:
         states = self.states(do)
         akey, cfg = self._act_config(mbs, rec, sp)
         budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
-        pp, vpp, group = self.layout.pp, self.vpp, self.group_size
+        pp, vpp, group, combined = self.layout.pp, self.vpp, self.group_size, self.combined_1f1b
         best = None
-        for index, (_, ranks) in enumerate(self.classes):
+        for index, (sig, ranks) in enumerate(self.classes):
             kept, other = self._group_activations(akey, cfg, index)
-            base = states[index] + other
+            model_states, fsdp_transient = states[index]
+            base = model_states + other + fsdp_transient
+            if sig[-1][3]:                                   # the loss runs here
+                base += self._deferred(akey, cfg, m)
             for rank in ranks:
-                inflight = microbatches_in_flight(pp, rank, vpp, m, group, kept).chunk_microbatches
+                inflight = microbatches_in_flight(pp, rank, vpp, m, group, kept, combined).chunk_microbatches
                 allocated = base + sum(n * k for n, k in zip(inflight, kept))
                 device = allocated + fixed + int(allocated * fragmentation)
                 if device > budget:

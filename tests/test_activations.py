@@ -102,3 +102,34 @@ def test_pipeline_stages_hold_microbatches_per_schedule():
     per_layer = layer_activations(middle, 8).total
     assert est.stages[1].bytes.activations == 3 * 8 * per_layer
     assert est.stages[2].bytes.activations == 2 * 8 * per_layer
+
+
+def test_cpu_offloading_drops_offloaded_layers():
+    base = resolve(TINY_GPT)
+    offloaded = resolve(TINY_GPT, extra="--cpu-offloading-num-layers 2")
+    from megatron_estimator.layout import pipeline_stages
+
+    kept_base, _ = chunk_activation_bytes(base, pipeline_stages(base)[0].chunks[0])
+    kept_off, _ = chunk_activation_bytes(offloaded, pipeline_stages(offloaded)[0].chunks[0])
+    assert kept_base - kept_off == 2 * layer_activations(base, 0).total
+
+
+def test_fine_grained_offloading_moves_attention_tensors():
+    extra = ("--fine-grained-activation-offloading --offload-modules core_attn attn_proj "
+             "--min-offloaded-tensor-size 0")
+    full = layer_activations(resolve(TINY_GPT), 0)
+    off = layer_activations(resolve(TINY_GPT, extra=extra), 0)
+    assert off.attention == 0
+    assert off.mlp == full.mlp
+
+
+def test_moe_routed_rows_scale_with_topk_and_capacity():
+    from megatron_estimator.memory.activations import routed_rows
+
+    moe = "--num-experts 8 --moe-router-topk 2"
+    assert routed_rows(resolve(TINY_GPT, extra=moe)) == TOKENS * 2
+    assert routed_rows(resolve(TINY_GPT, extra=moe), imbalance=0.5) == TOKENS * 3
+    capped = moe + " --moe-expert-capacity-factor 1.25"
+    assert routed_rows(resolve(TINY_GPT, extra=capped), imbalance=0.5) == int(TOKENS * 2 * 1.25)
+    padded = capped + " --moe-pad-expert-input-to-capacity"
+    assert routed_rows(resolve(TINY_GPT, extra=padded)) == int(TOKENS * 2 * 1.25)

@@ -69,3 +69,47 @@ def test_precision_aware_optimizer_dtypes():
              "--exp-avg-sq-dtype bf16 --main-params-dtype fp16")
     b = estimate(TINY_GPT, world_size=2, extra=extra).stages[0].bytes
     assert b.optimizer_states == (2 + 2 + 2) * PARAMS // 2
+
+
+def test_expert_states_shard_over_expert_data_parallel():
+    # world 8, ep 4: dp 8 for dense parameters, edp = 8 / (etp 1 x ep 4) = 2 for experts.
+    from conftest import resolve
+    from megatron_estimator.layout import pipeline_stages
+    from megatron_estimator.memory.parameters import chunk_tensors, count
+
+    extra = "--num-experts 8 --expert-model-parallel-size 4 --use-distributed-optimizer"
+    config = resolve(TINY_GPT, 8, extra=extra)
+    assert (config.parallel.dp, config.parallel.edp) == (8, 2)
+    params = count(chunk_tensors(config, pipeline_stages(config)[0].chunks[0]))
+    b = estimate(TINY_GPT, 8, extra).stages[0].bytes
+    assert b.optimizer_states == int(params.dense / 8 * 12) + int(params.expert / 2 * 12)
+
+
+def test_fp8_keeps_weight_copies():
+    from conftest import resolve
+    from megatron_estimator.layout import pipeline_stages
+    from megatron_estimator.memory.parameters import chunk_tensors
+
+    config = resolve(TINY_GPT, extra="--fp8-format hybrid --fp8-recipe tensorwise")
+    linear = sum(t.numel for t in chunk_tensors(config, pipeline_stages(config)[0].chunks[0]) if t.kind == "linear")
+    plain = estimate(TINY_GPT).stages[0].bytes.weights
+    fp8 = estimate(TINY_GPT, extra="--fp8-format hybrid --fp8-recipe tensorwise").stages[0].bytes.weights
+    assert fp8 - plain == 2 * linear                     # row-wise and column-wise fp8 copies
+    gathered = estimate(TINY_GPT, 2, extra="--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather "
+                        "--use-distributed-optimizer").stages[0]
+    padding = dict(gathered.details)["buffer_padding_elements"]
+    # fp8 parameters in the buffer (1 byte instead of 2) plus one transposed copy.
+    assert gathered.bytes.weights == 2 * (PARAMS + padding) - linear + linear
+
+
+def test_routing_imbalance_raises_the_reported_peak():
+    from megatron_estimator.memory.model import estimate as run
+    from megatron_estimator.memory.overhead import Overheads
+    from conftest import resolve
+
+    config = resolve(TINY_GPT, extra="--num-experts 8 --moe-router-topk 2")
+    balanced = run(config, overheads=Overheads(), environ={}).stages[0]
+    hot = run(config, overheads=Overheads(routing_imbalance=0.5), environ={}).stages[0]
+    assert balanced.imbalanced_peak_bytes is None
+    assert hot.device_peak_bytes == balanced.device_peak_bytes
+    assert hot.imbalanced_peak_bytes > hot.device_peak_bytes

@@ -50,7 +50,11 @@ def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) ->
 def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> tuple[int, int]:
     """(bytes one microbatch keeps alive in this chunk, largest recompute re-materialization)."""
     groups, whole = _recompute_groups(config, chunk.layers)
-    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole)
+    # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
+    # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
+    # layer in transit is a transient.
+    offloaded = set(chunk.layers[:config.training.cpu_offloading_num_layers])
+    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole if i not in offloaded)
     kept += len(groups) * act.layer_input_bytes(config)
     recompute_peak = 0
     for group in groups:
@@ -165,6 +169,9 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     activations += deferred
 
     transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
+    if config.training.cpu_offloading_num_layers and stage.layers:
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
     if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
         # The layer running now has not been offloaded yet (and one is being reloaded).
         transients["offload in flight"] = transients["layer backward"] + max(
@@ -332,6 +339,9 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         Assumption("fragmentation", f"allocator fragmentation {overheads.fragmentation:.0%} of allocated memory",
                    overheads.fragmentation),
     ]
+    if config.precision.optimizer in ("soap", "adaptive_muon"):
+        items.append(Assumption("optimizer", f"--optimizer {config.precision.optimizer}: its states are "
+                                "counted as Adam's (preconditioners not modelled)"))
     if config.model.moe is not None:
         imbalance = overheads.routing_imbalance
         items.append(Assumption(

@@ -120,6 +120,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             weights += group_param_bytes
             gradients += group_grad_bytes
             fp8_copies += _fp8_copy_bytes(config, fp8_numel)
+            fp8_copies += fp8_scaling_state_bytes(config, sum(1 for t in group if t.kind == "linear")) if prec.fp8 else 0
             local = numel / shard if distributed else numel
             master += int(local * master_bytes)
             moments += int(sum(t.numel * _moment_bytes(config, t) for t in group) / (shard if distributed else 1))
@@ -155,6 +156,16 @@ def _fp8_copy_bytes(config: EstimatorConfig, fp8_numel: int) -> int:
     per_copy = fp8_numel + (fp8_numel // 32 if prec.fp8_recipe == "mxfp8" else 0)
     copies = 1 if prec.fp8_param_gather else 2
     return copies * per_copy
+
+
+def fp8_scaling_state_bytes(config: EstimatorConfig, fp8_gemms: int) -> int:
+    """Delayed scaling keeps, per fp8 GEMM, an amax history of --fp8-amax-history-len and a
+    scale for its input, weight and gradient, in fp32 (transformer_engine/pytorch/fp8.py)."""
+    prec = config.precision
+    if not prec.fp8 or prec.fp8_recipe != "delayed":
+        return 0
+    history = config.namespace.get("fp8_amax_history_len") or 1
+    return fp8_gemms * 3 * (history + 2) * 4
 
 
 def _master_bytes(config: EstimatorConfig) -> float:
