@@ -162,10 +162,15 @@ def _render(verdicts, fmt: str) -> str:
     return RENDERERS[fmt](verdicts)
 
 
-def _invalid(problems, fmt: str, source: str = "megatron-estimator") -> tuple[str, int]:
+def _settings(ns: argparse.Namespace, environ, stream):
+    """(settings, None), or (settings, exit code) after reporting bad settings on ``stream``."""
     from .results import Verdict
 
-    return _render([Verdict(source, problems=tuple(problems))], fmt), EXIT_INVALID
+    settings, problems = _options(ns, environ)
+    if not problems:
+        return settings, None
+    _emit(_render([Verdict("megatron-estimator settings", problems=tuple(problems))], settings.format), stream)
+    return settings, EXIT_INVALID
 
 
 def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
@@ -186,12 +191,9 @@ def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
 def cmd_estimate(ns, environ) -> int:
     from .api import evaluate, input_from_flags, input_from_model
 
-    settings, problems = _options(ns, environ)
-    fmt = settings.format
-    if problems:
-        text, code = _invalid(problems, fmt)
-        _emit(text, sys.stdout)
-        return code
+    settings, failed = _settings(ns, environ, sys.stdout)
+    if failed is not None:
+        return failed
     args = _strip_separator(ns.megatron_args)
     if ns.hf_config or ns.model:
         inp, problems = input_from_model(args, hf_config=ns.hf_config, model=ns.model, environ=environ)
@@ -204,8 +206,9 @@ def cmd_estimate(ns, environ) -> int:
     if world is None:
         world, world_source, env_problems = _world_size_from_env(environ)
         problems = tuple(problems) + tuple(env_problems)
-    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ, problems=problems, **_estimate_options(settings))
-    _emit(_render([verdict], fmt), sys.stdout)
+    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+                       problems=problems, **_estimate_options(settings))
+    _emit(_render([verdict], settings.format), sys.stdout)
     return verdict.exit_code
 
 
@@ -213,25 +216,22 @@ def cmd_run(ns, environ) -> int:
     from .api import evaluate, input_from_launch
     from .launch import exec_launch, resolve_world_size, unknown_world_size_problem
 
-    settings, problems = _options(ns, environ)
-    fmt = settings.format
     argv = _strip_separator(ns.launch)
     if not argv:
         raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
-    if problems:
-        text, code = _invalid(problems, fmt)
-        _emit(text, sys.stderr)
-        return code
+    settings, failed = _settings(ns, environ, sys.stderr)
+    if failed is not None:
+        return failed
     inp, problems, command = input_from_launch(argv, environ=environ)
     world, world_source = resolve_world_size(command, ns.world_size)
     if world is None and command.script is not None and not problems:
         problems = tuple(problems) + (unknown_world_size_problem(command),)
-    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ, problems=problems, **_estimate_options(settings))
-    warn_only = settings.warn_only
+    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+                       problems=problems, **_estimate_options(settings))
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         exec_launch(command)
-    _emit(_render([verdict], fmt), sys.stderr)
-    if warn_only and command.script is not None:
+    _emit(_render([verdict], settings.format), sys.stderr)
+    if settings.warn_only and command.script is not None:
         sys.stderr.write("megatron-estimator: --warn-only: launching anyway\n")
         sys.stderr.flush()
         exec_launch(command)
@@ -269,12 +269,10 @@ def _not_a_training_input(path: str) -> str | None:
 def cmd_check(ns, environ) -> int:
     from .api import evaluate, input_from_file
 
-    settings, problems = _options(ns, environ)
+    settings, failed = _settings(ns, environ, sys.stdout)
+    if failed is not None:
+        return failed
     fmt = settings.format
-    if problems:
-        text, code = _invalid(problems, fmt)
-        _emit(text, sys.stdout)
-        return code
     verdicts = []
     for path in ns.files:
         skipped = _not_a_training_input(path) if ns.skip_unknown else None

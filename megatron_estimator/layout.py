@@ -102,45 +102,35 @@ def _layer_order(counts: list[list[int]]) -> list[list[tuple[int, ...]]]:
     return ids
 
 
+def _chunk(r: int, s: int, layers: tuple[int, ...], pre: bool, post: bool, mtp: int, tied: bool) -> ModelChunk:
+    return ModelChunk(
+        pp_rank=r, vp_stage=s, layers=layers, embedding=pre or mtp > 0, pre_process=pre,
+        post_process=post, output_weight=post and not (pre and tied), mtp_layers=mtp,
+    )
+
+
 def pipeline_stages(config: EstimatorConfig) -> tuple[StageLayout, ...]:
     p = config.parallel.pp
     v = config.parallel.virtual_stages
     tied = not config.model.untie_embeddings_and_output_weights
-    mtp = config.model.mtp_num_layers
     if config.split.layout is not None:
         flat = parse_layout(config.split.layout)
         v = len(flat) // p
         grid = [[flat[s * p + r] for s in range(v)] for r in range(p)]
-        counts = [[chunk.count("t") for chunk in row] for row in grid]
-        ids = _layer_order(counts)
-        stages = []
-        for r in range(p):
-            chunks = []
-            for s in range(v):
-                chars = grid[r][s]
-                pre = "E" in chars
-                post = "L" in chars
-                mtp_here = chars.count("m")
-                chunks.append(ModelChunk(
-                    pp_rank=r, vp_stage=s, layers=ids[r][s], embedding=pre or mtp_here > 0,
-                    pre_process=pre, post_process=post,
-                    output_weight=post and not (pre and tied), mtp_layers=mtp_here,
-                ))
-            stages.append(StageLayout(r, tuple(chunks)))
-        return tuple(stages)
+        ids = _layer_order([[chunk.count("t") for chunk in row] for row in grid])
+        return tuple(
+            StageLayout(r, tuple(
+                _chunk(r, s, ids[r][s], "E" in grid[r][s], "L" in grid[r][s], grid[r][s].count("m"), tied)
+                for s in range(v)))
+            for r in range(p))
     ids = _layer_order(_layers_per_chunk(config))
     stages = []
     for r in range(p):
         chunks = []
         for s in range(v):
-            pre = r == 0 and s == 0
             post = r == p - 1 and s == v - 1
-            mtp_here = mtp if post else 0
-            chunks.append(ModelChunk(
-                pp_rank=r, vp_stage=s, layers=ids[r][s], embedding=pre or mtp_here > 0,
-                pre_process=pre, post_process=post,
-                output_weight=post and not (pre and tied), mtp_layers=mtp_here,
-            ))
+            chunks.append(_chunk(r, s, ids[r][s], r == 0 and s == 0, post,
+                                 config.model.mtp_num_layers if post else 0, tied))
         stages.append(StageLayout(r, tuple(chunks)))
     return tuple(stages)
 

@@ -223,3 +223,20 @@ def test_check_json_wraps_several_results():
     doc = json.loads(result.stdout)
     validate_report(doc)
     assert [r["world_size"] for r in doc["results"]] == [8, 64]
+
+
+def test_yaml_cfg_replaces_the_command_line():
+    result = run(["estimate", "--world-size", "8", "--format", "json", "--",
+                  "--yaml-cfg", "tests/fixtures/megatron-yaml-gpt.yaml", "--num-layers", "99"])
+    doc = json.loads(result.stdout)
+    assert result.returncode == 0, result.stdout
+    assert sum(s["layers"] for s in doc["stages"]) == 24          # the YAML's, not --num-layers 99
+    assert [s["layers"] for s in doc["stages"]] == [5, 19]
+    notes = [a["text"] for a in doc["assumptions"]]
+    assert any("replaces the command line: Megatron ignores --num-layers" in n for n in notes)
+
+
+def test_bad_setting_from_the_environment_is_exit_2_naming_it():
+    result = run(["estimate", "--"] + flags(TINY_GPT), env={"MEGATRON_ESTIMATOR_BUDGET": "lots"})
+    assert result.returncode == 2
+    assert "MEGATRON_ESTIMATOR_BUDGET" in result.stdout and "[invalid-setting]" in result.stdout
