@@ -45,10 +45,15 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
     from .flags import parse_megatron_argv
-    from .loaders.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml, yaml_cfg_path
 
-    yaml_path = yaml_cfg_path(argv)
+    yaml_path = None
+    if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
+        from .loaders.megatron_yaml import yaml_cfg_path
+
+        yaml_path = yaml_cfg_path(argv)
     if yaml_path is not None:
+        from .loaders.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml
+
         env = _environment(environ, {})
         loaded = load_megatron_yaml(yaml_path, env)
         ignored = flags_ignored_by_yaml_cfg(argv)

@@ -103,9 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _preset_names() -> tuple[str, ...]:
-    from .presets import preset_names
+    """The presets shipped as data/presets/<name>.json (read without importing the HF mapping)."""
+    from .resources import data_path
 
-    return preset_names()
+    return tuple(sorted(p.name[:-5] for p in data_path("presets").iterdir() if p.name.endswith(".json")))
 
 
 def _strip_separator(args: Sequence[str]) -> list[str]:

@@ -8,10 +8,14 @@ such as ``presets/llama3-8b.json:9 hidden_size``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from megatron_estimator.errors import Problem
-from megatron_estimator.hf import HfImport, parse_hf_config
 from megatron_estimator.rawargs import RawArgs
 from megatron_estimator.resources import data_path
+
+if TYPE_CHECKING:  # the HuggingFace mapping is imported only when a preset is loaded
+    from megatron_estimator.hf import HfImport
 
 
 def _preset_files() -> dict:
@@ -24,8 +28,10 @@ def preset_names() -> tuple[str, ...]:
     return tuple(sorted(_preset_files()))
 
 
-def load_preset(name: str) -> HfImport:
+def load_preset(name: str) -> "HfImport":
     """The Megatron settings of a named model; an unknown name gives an ``unknown-preset`` problem."""
+    from megatron_estimator.hf import HfImport, parse_hf_config
+
     files = _preset_files()
     path = files.get(name)
     if path is None:
