@@ -20,7 +20,6 @@ import pytest
 
 from megatron_estimator.hf import (
     SUPPORTED_MODEL_TYPES,
-    MappedFlag,
     _FLAGS,
     _layer_pattern_text,
     load_hf_config,

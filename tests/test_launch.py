@@ -14,7 +14,6 @@ import pytest
 from megatron_estimator.errors import Problem
 from megatron_estimator.launch import (
     LaunchCommand,
-    exec_launch,
     parse_launch_command,
     resolve_world_size,
     unknown_world_size_problem,

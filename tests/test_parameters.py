@@ -1,6 +1,6 @@
 """Parameter counts: exact integers on toy shapes, published sizes, per pipeline stage."""
 
-from conftest import LLAMA3_70B, LLAMA3_8B, TINY_GPT, estimate, resolve
+from conftest import LLAMA3_70B, LLAMA3_8B, TINY_GPT, estimate
 
 
 def stage_params(text, world_size=1, extra=""):

@@ -22,13 +22,9 @@ from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEs
 from . import activations as act
 from .overhead import Overheads, communicators, cublas_workspace_bytes, te_workspace_bytes
 from .parameters import chunk_tensors, count
-from .states import DTYPE_BYTES, model_states
+from .states import model_states
 
 MiB = 1 << 20
-
-
-def _act_bytes(config: EstimatorConfig) -> int:
-    return 2 if config.precision.params_dtype != "fp32" else 4
 
 
 def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
@@ -74,15 +70,12 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     outgoing [s, b, h] gradients."""
     if not layers:
         return 0
-    m = config.model
-    p, tr = config.parallel, config.training
-    s, b, t = tr.seq_length // p.cp, tr.micro_batch_size, p.tp
-    nbytes = _act_bytes(config)
+    m, d = config.model, act.dims(config)
     fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
-    widest = nbytes * s * b * fc1 // t
+    widest = d.act * d.tokens * fc1 // d.t
     if config.kernels.attention_backend not in ("flash", "fused"):
-        widest = max(widest, 2 * nbytes * b * (m.num_attention_heads // t) * s * s)
-    return widest + 2 * nbytes * s * b * m.hidden_size
+        widest = max(widest, 2 * d.act * d.b * (m.num_attention_heads // d.t) * d.s * d.s)
+    return widest + 2 * d.act * d.tokens * m.hidden_size
 
 
 def fused_cross_entropy_extra_buffers(compute_capability: float) -> int:
@@ -98,15 +91,15 @@ def fused_cross_entropy_extra_buffers(compute_capability: float) -> int:
 
 def _loss_transient(config: EstimatorConfig, compute_capability: float = 9.0) -> int:
     """Transient bytes at the loss on the last stage, beyond what the microbatch keeps."""
-    m, p, tr = config.model, config.parallel, config.training
-    logits = tr.seq_length // p.cp * tr.micro_batch_size * m.padded_vocab_size // p.tp
+    m, d = config.model, act.dims(config)
+    logits = d.tokens * m.padded_vocab_size // d.t
     transient = act.loss_activations(config)[1]
-    if tr.cross_entropy_loss_fusion:
+    if config.training.cross_entropy_loss_fusion:
         transient += 4 * logits * fused_cross_entropy_extra_buffers(compute_capability)
     if not config.kernels.gradient_accumulation_fusion:
         # The output layer's weight gradient is materialized in the param dtype before it is
         # added to main_grad (megatron/core/tensor_parallel/layers.py without fusion).
-        weight_grad = _act_bytes(config) * m.padded_vocab_size // p.tp * m.hidden_size
+        weight_grad = d.act * m.padded_vocab_size // d.t * m.hidden_size
         transient = max(transient, weight_grad - 2 * logits)
     return transient
 
@@ -115,11 +108,10 @@ def _batch_bytes(config: EstimatorConfig) -> int:
     """The microbatch on a first or last stage: tokens, labels, position ids (int64), loss mask
     (fp32) and, with --create-attention-mask-in-dataloader (Megatron's default), a bool
     [b, 1, s, s] causal mask (megatron/core/datasets/gpt_dataset.py)."""
-    tr = config.training
-    s, b = tr.seq_length // config.parallel.cp, tr.micro_batch_size
-    total = 3 * 8 * s * b + 4 * s * b
+    d = act.dims(config)
+    total = (3 * 8 + 4) * d.tokens
     if config.namespace.get("create_attention_mask_in_dataloader", True):
-        total += b * s * tr.seq_length
+        total += d.tokens * config.training.seq_length
     return total
 
 
@@ -130,15 +122,12 @@ def _deferred_wgrad_bytes(config: EstimatorConfig) -> int:
     grad_output_buffer).  At the last microbatch's loss the previous ones are held."""
     if not config.training.defer_embedding_wgrad_compute:
         return 0
-    m, p, tr = config.model, config.parallel, config.training
+    m, d = config.model, act.dims(config)
     limit = config.namespace.get("wgrad_deferral_limit") or 0
-    held = tr.num_microbatches - 1
+    held = config.training.num_microbatches - 1
     if limit:
         held = min(held, limit)
-    s, b = tr.seq_length // p.cp, tr.micro_batch_size
-    tokens_r = s * b // (p.tp if tr.sequence_parallel else 1)
-    nbytes = _act_bytes(config)
-    return held * (nbytes * s * b * m.padded_vocab_size // p.tp + nbytes * tokens_r * m.hidden_size)
+    return held * d.act * (d.tokens * m.padded_vocab_size // d.t + d.tokens_r * m.hidden_size)
 
 
 def _global_buffers(config: EstimatorConfig) -> int:
@@ -147,9 +136,8 @@ def _global_buffers(config: EstimatorConfig) -> int:
     dot_product_attention.py, megatron/core/utils.py GlobalMemoryBuffer)."""
     if config.kernels.transformer_impl != "local":
         return 0
-    m, p, tr = config.model, config.parallel, config.training
-    s = tr.seq_length // p.cp
-    return _act_bytes(config) * tr.micro_batch_size * (m.num_attention_heads // p.tp) * s * s
+    d = act.dims(config)
+    return d.act * d.b * (config.model.num_attention_heads // d.t) * d.s * d.s
 
 
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
@@ -242,7 +230,6 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
 def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
     """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
     output-layer copy on the last stage not counted twice)."""
-    p = config.parallel
     total = 0
     for stage in stages:
         for chunk in stage.chunks:
@@ -323,9 +310,17 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
     k = config.kernels
     cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
                                                    bool(config.namespace.get("deterministic_mode")))
+    attention = f"attention kernel: {k.attention_backend} ({k.attention_backend_source})"
+    deterministic = (config.namespace.get("deterministic_mode")
+                     or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0")
+    if (k.transformer_impl == "transformer_engine" and k.attention_backend in ("flash", "fused")
+            and deterministic and overheads.compute_capability < 9.0):
+        # transformer_engine/pytorch/attention/dot_product_attention/utils.py: deterministic
+        # training disables cuDNN fused attention before sm90 and flash-attn < 2.4.1.
+        attention += ("; deterministic mode on this GPU needs flash-attn >= 2.4.1, without it "
+                      "Transformer Engine falls back to unfused attention (s^2 memory)")
     items = [
-        Assumption("attention_backend", f"attention kernel: {k.attention_backend} ({k.attention_backend_source})",
-                   k.attention_backend),
+        Assumption("attention_backend", attention, k.attention_backend),
         Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
                    + (" (interleaved)" if config.parallel.vpp else "")),
         Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
