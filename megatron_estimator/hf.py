@@ -549,19 +549,16 @@ _FAMILIES = {
 }
 
 
-def _map_decoder(r: _Reader) -> None:
-    """LLaMA 1/2/3/3.x, Mistral, Mixtral, Qwen2/2.5, Qwen3 and their MoE variants."""
-    family = _FAMILIES[r.model_type]
+def _core_shape(r: _Reader) -> tuple:
+    """Layers, hidden, ffn and heads as the config gives them (each read once)."""
     layers = r.positive_int("num_hidden_layers")
     hidden = r.positive_int("hidden_size")
     ffn = r.positive_int("intermediate_size")
     heads = r.positive_int("num_attention_heads")
-    kv_default = heads if family.kv_heads_default_is_heads else _REQUIRED
-    kv_heads = r.positive_int(
-        "num_key_value_heads", kv_default, note_default=False, allow_none=family.kv_heads_default_is_heads
-    )
-    if kv_heads is None and family.kv_heads_default_is_heads:
-        kv_heads = heads  # LlamaConfig: num_key_value_heads None means one per attention head
+    return layers, hidden, ffn, heads
+
+
+def _supply_core_shape(r: _Reader, layers, hidden, ffn, heads) -> None:
     if layers:
         r.supply("--num-layers", layers, "num_hidden_layers")
     if hidden:
@@ -570,6 +567,19 @@ def _map_decoder(r: _Reader) -> None:
         r.supply("--ffn-hidden-size", ffn, "intermediate_size")
     if heads:
         r.supply("--num-attention-heads", heads, "num_attention_heads")
+
+
+def _map_decoder(r: _Reader) -> None:
+    """LLaMA 1/2/3/3.x, Mistral, Mixtral, Qwen2/2.5, Qwen3 and their MoE variants."""
+    family = _FAMILIES[r.model_type]
+    layers, hidden, ffn, heads = _core_shape(r)
+    kv_default = heads if family.kv_heads_default_is_heads else _REQUIRED
+    kv_heads = r.positive_int(
+        "num_key_value_heads", kv_default, note_default=False, allow_none=family.kv_heads_default_is_heads
+    )
+    if kv_heads is None and family.kv_heads_default_is_heads:
+        kv_heads = heads  # LlamaConfig: num_key_value_heads None means one per attention head
+    _supply_core_shape(r, layers, hidden, ffn, heads)
     _query_groups(r, heads, kv_heads)
     head_dim = r.positive_int("head_dim", None, allow_none=True)
     if head_dim:
@@ -883,18 +893,8 @@ def _qwen_experts(r: _Reader, layers: int | None) -> None:
 def _map_deepseek(r: _Reader) -> None:
     """DeepSeek-V2 / V2-Lite / V3: MLA attention, shared + routed experts, optional MTP."""
     v3 = r.model_type == "deepseek_v3"
-    layers = r.positive_int("num_hidden_layers")
-    hidden = r.positive_int("hidden_size")
-    ffn = r.positive_int("intermediate_size")
-    heads = r.positive_int("num_attention_heads")
-    if layers:
-        r.supply("--num-layers", layers, "num_hidden_layers")
-    if hidden:
-        r.supply("--hidden-size", hidden, "hidden_size")
-    if ffn:
-        r.supply("--ffn-hidden-size", ffn, "intermediate_size")
-    if heads:
-        r.supply("--num-attention-heads", heads, "num_attention_heads")
+    layers, hidden, ffn, heads = _core_shape(r)
+    _supply_core_shape(r, layers, hidden, ffn, heads)
     r.ignore("pretraining_tp")
     r.ignore("num_key_value_heads")  # MLA has no key/value head groups (DeepSeek sets it = heads)
     max_positions = r.positive_int("max_position_embeddings")
@@ -1124,18 +1124,8 @@ def _map_gpt2(r: _Reader) -> None:
 
 def _map_gpt_neox(r: _Reader) -> None:
     """GPT-NeoX / Pythia: rotary on part of each head, LayerNorm, GeLU, biases, parallel residual."""
-    layers = r.positive_int("num_hidden_layers")
-    hidden = r.positive_int("hidden_size")
-    ffn = r.positive_int("intermediate_size")
-    heads = r.positive_int("num_attention_heads")
-    if layers:
-        r.supply("--num-layers", layers, "num_hidden_layers")
-    if hidden:
-        r.supply("--hidden-size", hidden, "hidden_size")
-    if ffn:
-        r.supply("--ffn-hidden-size", ffn, "intermediate_size")
-    if heads:
-        r.supply("--num-attention-heads", heads, "num_attention_heads")
+    layers, hidden, ffn, heads = _core_shape(r)
+    _supply_core_shape(r, layers, hidden, ffn, heads)
     max_positions = r.positive_int("max_position_embeddings")
     if max_positions:
         r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
