@@ -26,6 +26,7 @@ examples:
   megatron-estimator estimate --world-size 64 --budget 80GiB -- --num-layers 80 ...
   megatron-estimator run --budget 80GiB -- torchrun --nproc-per-node 8 pretrain_gpt.py ...
   megatron-estimator check train.yaml launch.sh
+  megatron-estimator plan --world-size 1024 --gpu h100 --global-batch-size 4096 --model deepseek-v3 -- --seq-length 4096 --bf16
 """
 
 
@@ -99,6 +100,32 @@ def build_parser() -> argparse.ArgumentParser:
                         "--num-attention-heads, --yaml-cfg. Each is named on stderr and left out of the "
                         "report; a training input that is broken is still invalid")
     p.add_argument("files", nargs="+", metavar="FILE")
+
+    p = sub.add_parser("plan", help="search the parallel layouts that fit the budget, best first",
+                       description="Enumerate the layouts Megatron accepts for the model on --world-size GPUs "
+                                   "(tp, pp, virtual stages, cp, ep, etp, micro batch, sequence parallel, "
+                                   "recompute, distributed optimizer), keep those whose peak stage fits the "
+                                   "budget and rank them by a throughput proxy. The model comes from flags "
+                                   "after '--', a FILE, --model or --hf-config (flags after '--' then add the "
+                                   "training settings). Exit 0 when a layout fits, 1 when none does, 2 on "
+                                   "invalid input.",
+                       allow_abbrev=False)
+    _common(p)
+    search = p.add_argument_group("search")
+    search.add_argument("--global-batch-size", type=int, metavar="N",
+                        help="the global batch size to plan for (default: the input's --global-batch-size)")
+    search.add_argument("--top", type=int, default=10, metavar="N",
+                        help="how many layouts to report, best first (default 10)")
+    search.add_argument("--gpus-per-node", type=int, metavar="N",
+                        help="GPUs per node: the largest tensor parallel size, and which groups use the "
+                             "fast links (default 8)")
+    model = p.add_argument_group("model architecture (flags after '--' add to it or override it)")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--hf-config", metavar="PATH",
+                        help="a local HuggingFace config.json (or a directory holding one)")
+    source.add_argument("--model", metavar="PRESET",
+                        help="a named model: " + ", ".join(_preset_names()))
+    p.add_argument("inputs", nargs=argparse.REMAINDER, metavar="[FILE] [-- MEGATRON_FLAGS]")
     return parser
 
 
@@ -289,7 +316,70 @@ def cmd_check(ns, environ) -> int:
     return max((v.exit_code for v in verdicts), default=EXIT_FITS)
 
 
-COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check}
+def _plan_model(ns) -> tuple[str | None, list[str]]:
+    """(FILE, Megatron flags) of ``plan``'s positional arguments: an optional file, then '--' flags."""
+    args = list(ns.inputs)
+    path = None
+    if args and args[0] != "--" and not args[0].startswith("-"):
+        path = args.pop(0)
+    args = _strip_separator(args)
+    if path is None and not args and not (ns.hf_config or ns.model):
+        raise UsageError("give the model: Megatron flags after '--', a FILE, --model PRESET or --hf-config PATH")
+    if path is not None and (ns.hf_config or ns.model):
+        raise UsageError(f"give one model: {path} or {'--hf-config' if ns.hf_config else '--model'}, not both")
+    return path, args
+
+
+def cmd_plan(ns, environ) -> int:
+    from .errors import InvalidInput, Problem
+    from .plan_report import RENDERERS, render_invalid
+    from .planner import SearchSpace, plan, plan_input
+
+    settings, failed = _settings(ns, environ, sys.stdout)
+    if failed is not None:
+        return failed
+    fmt = settings.format
+    path, flags = _plan_model(ns)
+    problems: list = []
+    if ns.top is not None and ns.top < 1:
+        problems.append(Problem("out-of-range", "--top", f"--top {ns.top} must be at least 1"))
+    if ns.gpus_per_node is not None and ns.gpus_per_node < 1:
+        problems.append(Problem("out-of-range", "--gpus-per-node", f"--gpus-per-node {ns.gpus_per_node} must be at least 1"))
+    world = ns.world_size
+    if world is None:
+        world, _, env_problems = _world_size_from_env(environ)
+        problems += env_problems
+    gbs = ns.global_batch_size
+    if world is None or gbs is None:
+        # The input may say: a launch script or seed YAML gives the world size, the flags the batch.
+        inp, _ = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config, environ=environ)
+        world = world if world is not None else inp.world_size
+        if gbs is None and inp.raw.given("global_batch_size"):
+            gbs = inp.raw.value("global_batch_size")
+    if world is None:
+        problems.append(Problem("unknown-world-size", "--world-size", "the planner needs the number of GPUs: pass --world-size"))
+    if gbs is None:
+        problems.append(Problem("missing-global-batch-size", "--global-batch-size",
+                                "the planner needs the global batch size: pass --global-batch-size"))
+    if settings.budget is None:
+        problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
+    if problems:
+        _emit(render_invalid(problems, fmt), sys.stdout)
+        return EXIT_INVALID
+    space = SearchSpace(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else SearchSpace()
+    try:
+        result = plan(path, world_size=world, global_batch_size=gbs, budget=settings.budget,
+                      budget_source=settings.source("budget"), extra_flags=flags, preset=ns.model,
+                      hf_config=ns.hf_config, top=ns.top, space=space, overheads=_overheads(settings),
+                      environ=environ)
+    except InvalidInput as err:
+        _emit(render_invalid(err.problems, fmt), sys.stdout)
+        return EXIT_INVALID
+    _emit(RENDERERS[fmt](result), sys.stdout)
+    return EXIT_FITS if result.fits else EXIT_OVER_BUDGET
+
+
+COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,89 +2,108 @@
 that fit the budget, best first.
 
 Input: a model (anything ``api.load_input`` reads, or a preset name), the world size, the
-global batch size and a budget.  The planner varies only the layout settings the input does
-not fix for the model (``PLANNED_DESTS``): tensor (tp), pipeline (pp), virtual pipeline (vpp)
-and context (cp) parallel sizes, expert (ep) and expert tensor (etp) parallel sizes, the
-micro batch size, sequence parallelism, activation recomputation and the distributed
-optimizer.  Every other setting stays as the user gave it.
+global batch size and a budget.  The planner chooses only the layout settings
+(``PLANNED_DESTS``): tensor (tp), pipeline (pp), virtual pipeline (v) and context (cp)
+parallel sizes, expert (ep) and expert tensor (etp) parallel sizes, the micro batch size,
+sequence parallelism, activation recomputation and the distributed optimizer.  Every other
+setting stays as the user gave it.
 
-The search space (``SearchSpace``; each bound is a field that can be changed):
+The search space (``SearchSpace``; each bound is a field):
 
-- tp: the divisors of the world size up to the GPUs of one node (TP across nodes is never
+- tp: divisors of the world size up to the GPUs of one node (TP across nodes is never
   competitive); cp: divisors of world / tp up to ``max_context_parallel``; pp: divisors of
-  world / (tp cp) up to the number of layers; ep: divisors of the number of experts (MoE
-  models); etp: 1 or tp (MoE models; Megatron's default is tp);
-- virtual stages per rank v = 1..``max_virtual_stages``; the layers are split evenly when
-  they divide, else with ``--decoder-first/last-pipeline-num-layers`` (a balanced middle, the
-  first and last stages no heavier), else with a balanced ``--pipeline-model-parallel-layout``;
-  the user's own split is kept as one more choice for the user's pp;
-- micro batch sizes ``micro_batch_sizes``; sequence parallel on/off when tp > 1;
-- recompute: none, selective ``core_attn``, full uniform (1 layer per group), full block
-  with ``block_recompute_fractions`` of the layers of a model chunk; distributed optimizer
-  off/on.
+  world / (tp cp) up to the number of layers; MoE models: ep any divisor of the number of
+  experts, etp 1 or tp (Megatron's default is tp);
+- v = 1..``max_virtual_stages`` virtual stages per rank; the layers are split evenly when
+  they divide, else with ``--decoder-first/last-pipeline-num-layers`` (a balanced middle,
+  the first and last stages no heavier), else with a balanced
+  ``--pipeline-model-parallel-layout``; the user's own split is one more choice for the
+  user's pp;
+- micro batch sizes ``micro_batch_sizes``; sequence parallel on and off when tp > 1;
+  recompute none, selective ``core_attn``, full uniform (one layer per group), full block
+  with ``block_recompute_fractions`` of a model chunk's layers; distributed optimizer off/on.
 
-"Megatron accepts" means the project's own checks pass (``validation.rules.RULES`` on the
-namespace ``derive.derive_namespace`` builds): the planner calls them, it does not restate
-them.  The user's input is validated once (schema, model rules, vocabulary); each layout
-runs the rules.  To keep that fast, a rule is run once per layout family and again only for
-the choices it reads: ``_Reads`` records which planner-varied keys a rule looked at, and its
-verdict is reused for every choice that differs only in keys it did not read (the rules are
-pure functions of the namespace, so that is exact).
+"Megatron accepts" means the project's own checks pass: ``validation.rules.RULES`` on the
+namespace ``derive.derive_namespace`` builds, as ``resolve.resolve_config`` runs them.  The
+user's input is validated once (schema, model, vocabulary).  The rules run once per layout
+family (tp, cp, pp, split) and again only for the inner choices they read: ``_Reads``
+records which varied keys a rule looked at, and its verdict is reused for every choice that
+agrees on them (the rules are pure functions of the namespace: the same keys with the same
+values take the same path).
 
-"Fits" means the device peak of the peak stage (``results.StageEstimate.device_peak_bytes``,
+"Fits" means the device peak of the peak stage (``StageEstimate.device_peak_bytes``:
 allocated memory plus CUDA context, NCCL buffers and fragmentation) is at most the budget.
-The numbers are the estimator's own: the planner composes ``memory`` functions
-(``chunk_tensors``, ``model_states``, ``chunk_activation_bytes``, the stage transients,
-``layout.microbatches_in_flight``) with caches keyed by what each depends on: model states
-by (tp, pp, ep, etp, distributed optimizer, stage structure), activations by (tp, cp, micro
-batch, sequence parallel, recompute, chunk structure: layer kinds, embedding, loss, MTP).
-Each reported candidate is then re-estimated through ``api.evaluate`` from its settings, and
-its figures come from that estimate.  Layouts whose model states alone (weights and
-gradients, a lower bound) exceed the budget are rejected before any activation work.
+The numbers are the estimator's: ``_LayoutMemory`` composes the memory/ functions the way
+memory/model.py ``estimate_stage`` does.  What is cached, and by what it depends on:
 
-Throughput proxy (lower is better; 1.0 is ideal compute with nothing exposed)::
+- activations (``_Activations``): per (tp, cp, etp, micro batch, sequence parallel,
+  selective recompute modules), each layer's bytes by layer kind (dense or MoE), chunks by
+  their structure and their recompute grouping (memory/model.py ``_recompute_groups``), and a
+  stage's transients, workspaces and batch; shared by every ep, optimizer and split;
+- model states: bounded first, from memory/states.py ``model_states`` on padding-free probe
+  tensors (per-element rates of the cheapest and the costliest tensor kind) plus the most
+  padding the distributed optimizer can add.  A layout whose lower bound is over budget is
+  rejected, one whose upper bound fits is accepted; only layouts in between (a few megabytes
+  wide) and the reported ones get the exact states, which are checked against the bounds.
 
-    step = (1 + R + (V_tp/B_tp + V_cp/B_cp + V_ep/B_ep) / C) x (1 + bubble) + (V_dp/B_dp) / C
+Two facts of the schedule (layout.py), exact and tested against it by brute force: within a
+group of stages of the same structure the lowest rank has the most microbatches alive at
+every step (its warm-up is longest), so it alone can be the group's peak; and the
+interleaved schedule's live counts repeat with the microbatch group, so
+``schedule_microbatches`` gives a smaller microbatch count with the same peak (and the peak's
+moment does not change when the chunk weights are scaled).  With ``verify`` (the default)
+every reported candidate is re-estimated through ``api.evaluate`` from its settings, and its
+figures must agree.
 
-- C: seconds of model compute per GPU per step, F / (world x ``achieved_flops``), with
-  F = tokens x 3 x (sum over layers of 2 x active parameters + causal core attention
-  s x a x (d_qk + d_v)) + the output layers' 6 x V x h per token (MTP included);
+Throughput proxy, the relative step time (lower is better; 1.0 is compute alone)::
+
+    step = (1 + R + (T_tp + T_cp + T_ep) / C) x (1 + bubble) + T_dp / C
+
+- C, the compute per GPU and step: F / (world x ``achieved_flops``), F = tokens x 3 x
+  (sum over the layers of 2 x active parameters + the causal core attention s x a x (d_qk
+  + d_v)) + the output layers' 6 x V x h (MTP included);
 - bubble = (p - 1) / (v x M), M microbatches per step (megatron/core/pipeline_parallel/schedules.py);
-- R, recompute: full recompute re-runs a layer's forward, 1/3 of its forward + backward, so
-  R = recomputed forward flops / step flops (uniform: every layer; block n: the first n
-  layers of each model chunk); selective ``core_attn`` re-runs only the core attention:
-  R = core attention forward flops / step flops;
-- V: bytes each GPU sends per step (ring collectives: all-reduce 2(n-1)/n, all-gather and
-  reduce-scatter (n-1)/n of the full tensor), for X = s/cp x b x h activation bytes:
-  TP: per layer and microbatch 2 collectives forward and 2 backward, 8(t-1)/t x X (the
-  same with sequence parallelism: all-gather + reduce-scatter instead of all-reduce), the
-  MoE block over etp with top-k times the tokens; a fully recomputed layer adds its forward
-  collectives again;
-  CP: per layer and microbatch the ring passes the local K and V (cp-1) times forward and
-  K, V and their gradients (cp-1) times backward: 3(cp-1) x local K+V bytes;
-  EP: per MoE layer and microbatch dispatch + combine forward and backward, 4 all-to-alls of
-  (ep-1)/ep x tokens x top-k x h (tokens / t under sequence parallelism);
-  DP: per step the gradients of the GPU's parameters: all-reduce over dp x cp (dense) and
-  expert-dp (experts), or with the distributed optimizer reduce-scatter of gradients +
-  all-gather of parameters;
-- B: ``intra_node_bandwidth`` when the group's ranks lie in one node under Megatron's rank
-  order (tp-cp-ep-dp-pp: a group of size n and stride k spans n x k consecutive ranks),
-  else ``inter_node_bandwidth``.  Pipeline send/receive is not counted; communication is
-  not assumed to overlap compute.
+- R, recompute: full recompute re-runs a layer's forward, a third of its forward and
+  backward: R = forward flops of the recomputed layers / step flops (uniform: all layers;
+  block n: the first n layers of each model chunk); selective ``core_attn`` re-runs only the
+  core attention: R = its forward flops / step flops;
+- T_g = V_g / bandwidth, V_g the bytes each GPU sends per step (ring collectives: all-reduce
+  2(n-1)/n, all-gather and reduce-scatter (n-1)/n of the full tensor), X = s/cp x b x h
+  activation bytes:
+  TP: per layer and microbatch two collectives forward and two backward, 8(t-1)/t x X (the
+  same with sequence parallelism, all-gather + reduce-scatter for all-reduce); the MoE block
+  over etp with top-k times the tokens; a fully recomputed layer adds its forward ones again;
+  CP: per layer and microbatch the ring passes the local K and V (cp-1) times forward and K,
+  V and their gradients (cp-1) times backward: 3(cp-1) x local K+V bytes;
+  EP: per MoE layer and microbatch dispatch and combine, forward and backward: 4 all-to-alls
+  of (ep-1)/ep x tokens x top-k x h (tokens / t under sequence parallelism);
+  DP: per step the gradients of the GPU's parameters, all-reduced over dp x cp (dense) and
+  expert dp (experts), or with the distributed optimizer reduce-scattered, with the
+  parameters all-gathered;
+- the bandwidth is ``intra_node_bandwidth`` when the group's ranks lie in one node under
+  Megatron's rank order (tp-cp-ep-dp-pp: a group of n ranks at stride k spans n x k
+  consecutive ranks), else ``inter_node_bandwidth``.  Pipeline send/receive is not counted
+  and communication is not assumed to overlap compute.
 
-Ties are broken by the lower device peak.
+Ties go to the lower device peak.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .api import TrainingInput, evaluate, load_input
 from .errors import InvalidInput, Problem
+from .layout import microbatches_in_flight
+from .memory import activations as act
+from .memory import model as memory_model
+from .memory.parameters import ParamTensor
+from .memory.states import DTYPE_BYTES, model_states
 from .parallel import ParallelDims
 from .rawargs import RawArgs, RawSetting
 from .results import Estimate
@@ -104,16 +123,18 @@ RECOMPUTE_DESTS = ("recompute_granularity", "recompute_method", "recompute_num_l
 SEQUENCE_PARALLEL_DESTS = ("sequence_parallel",)
 PLANNED_DESTS = PARALLEL_DESTS + SPLIT_DESTS + BATCH_DESTS + RECOMPUTE_DESTS + SEQUENCE_PARALLEL_DESTS
 
-# The namespace keys each inner choice changes, after derive.derive_namespace: the batch
-# choice (distributed optimizer, micro batch) is derived per choice; recompute and sequence
-# parallel are laid over the derived namespace (derive passes them through unchanged for the
-# values the planner sets: sequence parallel only with tp > 1, --recompute-activations off).
-_BATCH, _RECOMPUTE, _SP = 0, 1, 2
-_KEY_DIM = {key: _BATCH for key in ("micro_batch_size", "global_batch_size", "num_microbatches",
-                                     "use_distributed_optimizer", "use_layer_wise_distributed_optimizer")}
+# The inner choices of a layout family, in loop order, and the namespace keys each changes.
+# Derivation (derive.derive_namespace) runs per batch choice; the expert sizes, recompute and
+# sequence parallel are laid over the derived namespace: derive does not read ep and only
+# defaults etp, and passes recompute and sequence parallel through for the values the
+# planner sets (sequence parallel only with tp > 1, --recompute-activations off).
+_EXPERT, _BATCH, _RECOMPUTE, _SP = 0, 1, 2, 3
+_KEY_DIM = {"expert_model_parallel_size": _EXPERT, "expert_tensor_parallel_size": _EXPERT}
+_KEY_DIM.update({key: _BATCH for key in ("micro_batch_size", "global_batch_size", "num_microbatches",
+                                          "use_distributed_optimizer", "use_layer_wise_distributed_optimizer")})
 _KEY_DIM.update({key: _RECOMPUTE for key in RECOMPUTE_DESTS})
 _KEY_DIM["sequence_parallel"] = _SP
-_ALL_DIMS = frozenset((_BATCH, _RECOMPUTE, _SP))
+_ALL_DIMS = frozenset((_EXPERT, _BATCH, _RECOMPUTE, _SP))
 
 
 @dataclass(frozen=True)
@@ -146,11 +167,14 @@ class ProxyAssumptions:
     """The constants of the throughput proxy (see the module docstring)."""
     achieved_flops: float = 400e12              # dense bf16 FLOP/s one GPU sustains (about 40% of an H100's peak)
     intra_node_bandwidth: float = 300e9         # bytes/s per GPU inside a node (NVLink)
-    inter_node_bandwidth: float = 40e9          # bytes/s per GPU across nodes (one 400 Gb/s NIC per GPU)
+    inter_node_bandwidth: float = 40e9          # bytes/s per GPU across nodes (a 400 Gb/s NIC per GPU)
 
     def to_json(self) -> dict:
         return {"achieved_flops": self.achieved_flops, "intra_node_bandwidth": self.intra_node_bandwidth,
                 "inter_node_bandwidth": self.inter_node_bandwidth}
+
+
+PROXY_FORMULA = "step = (1 + R + (T_tp + T_cp + T_ep) / C) x (1 + (p - 1) / (v M)) + T_dp / C"
 
 
 @dataclass(frozen=True)
@@ -158,7 +182,7 @@ class PipelineChoice:
     """How the decoder layers are split over pp ranks and v virtual stages."""
     pp: int
     vpp: int | None
-    settings: tuple[tuple[str, Any], ...]       # split dests the choice sets
+    settings: tuple[tuple[str, Any], ...]       # the split dests this choice sets
     label: str
 
 
@@ -193,7 +217,7 @@ SELECTIVE_CORE_ATTN = Recompute("selective", modules=("core_attn",))
 
 @dataclass(frozen=True)
 class ProxyBreakdown:
-    """The throughput proxy of one layout: each term as a fraction of the step's compute."""
+    """The throughput proxy of one layout; the terms are fractions of the step's compute."""
     step: float                  # the relative step time the ranking uses (lower is better)
     bubble: float
     recompute: float
@@ -201,7 +225,7 @@ class ProxyBreakdown:
     cp_comm: float
     ep_comm: float
     dp_comm: float
-    compute_seconds: float       # C: model compute per GPU per step at the assumed FLOP/s
+    compute_seconds: float       # C: model compute per GPU and step at the assumed FLOP/s
     tp_bytes: int                # bytes each GPU sends per step
     cp_bytes: int
     ep_bytes: int
@@ -239,7 +263,7 @@ class Candidate:
     headroom_bytes: int
     proxy: ProxyBreakdown
     settings: tuple[tuple[str, Any], ...]   # every planned dest -> the value this layout uses
-    flags: tuple[str, ...]                  # Megatron flags to add (or change) on the input
+    flags: tuple[str, ...]                  # Megatron flags to add to (or change on) the input
     remove_flags: tuple[str, ...]           # flags of the input to delete (no flag turns them off)
     estimate: Estimate | None = field(default=None, compare=False, repr=False)
 
@@ -269,14 +293,16 @@ class Plan:
     global_batch_size: int
     budget_bytes: int
     budget_source: str
-    candidates: tuple[Candidate, ...]       # best first; at most ``top``
+    candidates: tuple[Candidate, ...]       # best first, at most ``top``
     searched: int                           # layouts enumerated
     valid: int                              # layouts Megatron accepts
     fitting: int                            # accepted layouts whose peak stage fits the budget
     seconds: float
     space: SearchSpace
     proxy: ProxyAssumptions
-    rejections: tuple[tuple[str, int], ...] = ()   # problem code -> layouts it rejected, most first
+    # problem code -> layouts it rejected, most first (a layout failing several checks counts once,
+    # under the first the search meets)
+    rejections: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
 
     @property
@@ -288,27 +314,32 @@ class Plan:
 # Input
 
 
-def plan_input(model: Any, *, extra_flags: Sequence[str] = (), environ: Mapping[str, str] | None = None
+def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
+               hf_config: str | None = None, environ: Mapping[str, str] | None = None
                ) -> tuple[TrainingInput, tuple[Problem, ...]]:
-    """The model as a ``TrainingInput``: Megatron flags, a mapping, a file (seed / Megatron
-    YAML, launch script, HF config.json) or a preset name (``deepseek-v3``; a string that is
-    not an existing path but names a preset).  ``extra_flags`` (Megatron flags) are laid over
-    it: a preset or a HF config gives the architecture, the flags the training settings."""
-    from .flags import parse_megatron_argv
-    from .presets import load_preset, preset_names
+    """The model as a ``TrainingInput``: Megatron flags, a mapping, a file (seed or Megatron
+    YAML, launch script, HF config.json), a ``TrainingInput``, or a preset (``preset=``, or
+    ``model`` a string that is no existing path, path separator or file suffix: ``deepseek-v3``)
+    or a HF config (``hf_config=``).  ``extra_flags`` (Megatron flags) add to it or override
+    it: a preset or a HF config gives the architecture, the flags the training settings
+    (``api.input_from_model``)."""
+    from .api import input_from_flags, input_from_model
 
+    if (preset is None and hf_config is None and isinstance(model, str) and not model.startswith("-")
+            and not os.path.exists(model) and os.sep not in model
+            and not model.endswith((".json", ".yaml", ".yml", ".sh", ".toml"))):
+        preset = model
+    if preset is not None or hf_config is not None:
+        return input_from_model(list(extra_flags), hf_config=hf_config, model=preset, environ=environ)
+    if model is None:
+        return input_from_flags(list(extra_flags), environ=environ)
     if isinstance(model, TrainingInput):
         inp, problems = model, ()
-    elif isinstance(model, str) and not model.startswith("-") and not os.path.exists(model) and (
-            model in preset_names() or os.sep not in model and not model.endswith((".json", ".yaml", ".yml", ".sh"))):
-        loaded = load_preset(model)
-        inp = TrainingInput(loaded.raw, source=f"preset {model}")
-        problems = tuple(loaded.problems)
     else:
         inp, problems = load_input(model, environ=environ)
     if extra_flags:
-        raw, flag_problems = parse_megatron_argv(list(extra_flags), source="command line")
-        inp = replace(inp, raw=inp.raw.merged(raw), source=f"{inp.source} + command-line flags")
+        flag_input, flag_problems = input_from_flags(list(extra_flags), environ=environ)
+        inp = replace(inp, raw=inp.raw.merged(flag_input.raw), source=f"{inp.source} + command line")
         problems = tuple(problems) + tuple(flag_problems)
     return inp, tuple(problems)
 
@@ -367,8 +398,8 @@ def _split(num_layers: int, mtp: int, pp: int, v: int) -> PipelineChoice | None:
     if num_layers % n == 0:
         per = num_layers // n
         return PipelineChoice(pp, vpp, virtual, f"even, {per} layer{'s' if per != 1 else ''} per chunk")
-    # Uneven first/last stages (megatron/training/arguments.py: counts divisible by v): a
-    # balanced middle and ends no heavier than it.
+    # Uneven first/last stages (megatron/training/arguments.py; with v virtual stages every
+    # count divisible by v): a balanced middle, ends no heavier than it.
     middle = pp - 2
     if middle == 0:
         first = (num_layers // 2) // v * v
@@ -389,14 +420,13 @@ def _split(num_layers: int, mtp: int, pp: int, v: int) -> PipelineChoice | None:
                                                 ("decoder_last_pipeline_num_layers", last)) + virtual,
                                       f"first {first}, middle {k}, last {last}")
             k += v
-    # A layout string (megatron/core/transformer/pipeline_parallel_layer_layout.py): layers spread
-    # evenly, the extra ones on the middle stages first.
+    # A layout string (megatron/core/transformer/pipeline_parallel_layer_layout.py): the layers
+    # spread evenly, the extra ones on the middle stages first.
     if n > num_layers:
         return None
     base, extra = divmod(num_layers, n)
     counts = [base] * n
-    order = list(range(1, n - 1)) + [n - 1, 0]
-    for index in order[:extra]:
+    for index in (list(range(1, n - 1)) + [n - 1, 0])[:extra]:
         counts[index] += 1
     stages = ["t" * c for c in counts]
     stages[0] = "E" + stages[0]
@@ -406,6 +436,8 @@ def _split(num_layers: int, mtp: int, pp: int, v: int) -> PipelineChoice | None:
 
 
 def recompute_choices(max_chunk_layers: int, fractions: Sequence[float]) -> list[Recompute]:
+    """None, selective core_attn, full uniform 1, full block n for each fraction of the layers
+    of the largest model chunk (n below that count: block of all is uniform 1)."""
     choices = [NO_RECOMPUTE, SELECTIVE_CORE_ATTN]
     if max_chunk_layers >= 1:
         choices.append(Recompute("full", "uniform", 1))
@@ -420,16 +452,9 @@ def _user_pipeline_choice(raw: RawArgs) -> PipelineChoice | None:
                   if d != "microbatch_group_size_per_vp_stage" and raw.given(d) and raw.value(d) not in (None, False))
     if not given:
         return None
-    from .layout_syntax import count_layout_stages
-
     pp = raw.value("pipeline_model_parallel_size", 1)
-    values = dict(given)
-    vpp = values.get("num_virtual_stages_per_pipeline_rank")
-    if "pipeline_model_parallel_layout" in values:
-        stages = count_layout_stages(values["pipeline_model_parallel_layout"]) or pp
-        vpp = stages // pp if pp and stages % pp == 0 else None
-    label = "as given: " + " ".join(f"--{d.replace('_', '-')}" + ("" if v is True else f" {v}") for d, v in given)
-    return PipelineChoice(pp, vpp if vpp and vpp > 1 else None, given, label)
+    label = "as given: " + " ".join("--" + d.replace("_", "-") + ("" if v is True else f" {v}") for d, v in given)
+    return PipelineChoice(pp, None, given, label)
 
 
 @dataclass(frozen=True)
@@ -442,14 +467,97 @@ class _Layout:
     etp: int
     pipeline: PipelineChoice
 
-    def settings(self, moe: bool) -> dict[str, Any]:
-        out = {d: None for d in SPLIT_DESTS}
-        out.update({"tensor_model_parallel_size": self.tp, "pipeline_model_parallel_size": self.pp,
-                    "context_parallel_size": self.cp, "expert_model_parallel_size": self.ep,
-                    "expert_tensor_parallel_size": self.etp if moe and self.etp != self.tp else None})
-        out.update({"account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False})
-        out.update(dict(self.pipeline.settings))
-        return out
+
+def _family_settings(tp: int, cp: int, pp: int, pipeline: PipelineChoice) -> dict[str, Any]:
+    out: dict[str, Any] = {d: None for d in SPLIT_DESTS}
+    out.update({"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
+                "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None,
+                "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
+                "recompute_activations": False, "distribute_saved_activations": False})
+    out.update(dict(pipeline.settings))
+    return out
+
+
+_BATCH_KEYS = tuple(key for key, dim in _KEY_DIM.items() if dim == _BATCH)
+
+
+def _derive_batches(ns: dict, batches: list[tuple[bool, int]], world: int, extra: Mapping[str, Any]
+                    ) -> tuple[list[tuple[bool, int]], list[dict]]:
+    """The batch choices and their derived namespaces, without the choices that derive to the
+    same namespace as an earlier one (Megatron-FSDP turns the distributed optimizer on anyway)."""
+    from .derive import derive_namespace
+
+    kept, namespaces, seen = [], [], set()
+    for do, mbs in batches:
+        ns["use_distributed_optimizer"] = do
+        ns["micro_batch_size"] = mbs
+        derived, _ = derive_namespace(ns, world)
+        derived.update(extra)
+        key = tuple(repr(derived.get(k)) for k in _BATCH_KEYS)
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append((do, mbs))
+        namespaces.append(derived)
+    return kept, namespaces
+
+
+def _accepted_pairs(verdicts: "_Verdicts", choice: list[int], recomputes: list, sps: tuple
+                    ) -> tuple[list[tuple[int, Recompute, bool]], dict[str, int]]:
+    """The (recompute, sequence parallel) choices the rules accept with this expert and batch
+    choice, and the problem codes of the rejected ones with their counts."""
+    ok, rejected = [], {}
+    choice = list(choice)
+    for r, rec in enumerate(recomputes):
+        choice[2] = r
+        code = verdicts.check(_RECOMPUTE, choice)
+        if code is not None:
+            rejected[code] = rejected.get(code, 0) + len(sps)
+            continue
+        for s, sp in enumerate(sps):
+            choice[3] = s
+            code = verdicts.check(_SP, choice)
+            if code is not None:
+                rejected[code] = rejected.get(code, 0) + 1
+                continue
+            ok.append((r, rec, sp))
+    return ok, rejected
+
+
+def _expert_overlay(ep: int, etp: int) -> dict[str, Any]:
+    return {"expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+
+
+def _recompute_overlay(rec: Recompute, sp: bool, derived: Mapping) -> dict[str, Any]:
+    """The namespace keys a recompute / sequence-parallel choice sets over the derived namespace."""
+    over = rec.settings()
+    if rec.modules is None:
+        over["recompute_modules"] = derived.get("recompute_modules")
+    over["recompute_activations"] = False
+    over["distribute_saved_activations"] = False
+    over["sequence_parallel"] = sp
+    return over
+
+
+def schedule_microbatches(pp: int, rank: int, vpp: int | None, m: int, group: int, extra_warmup: int = 0) -> int:
+    """A microbatch count M' <= m for which ``layout.microbatches_in_flight`` gives the same
+    chunk counts as for m, for any chunk weights.
+
+    The interleaved schedule (layout.py ``_interleaved_peak``, after schedules.py
+    ``get_schedule_table``) runs groups of ``group`` microbatches through the v chunks; with
+    W warm-up forwards, the live counts after forward j are periodic in j with period
+    P = group x v while forwards and backwards both fall in full groups, and near the end
+    they depend only on the distance from the end.  With n full groups before the last one,
+    n >= ceil((W + 2P) / P) keeps every distinct state and their first-occurrence order, so
+    the surplus full groups can go."""
+    if pp == 1 or not vpp or vpp == 1:
+        return m
+    period = group * vpp
+    last = m - group * ((m - 1) // group)
+    full = (m - last) // group
+    warmup = (pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup
+    needed = -(-(warmup + 2 * period) // period)
+    return m if full <= needed else needed * group + last
 
 
 # -------------------------------------------------------------------------------------------
@@ -457,8 +565,8 @@ class _Layout:
 
 
 class _Reads(Mapping):
-    """The namespace a rule sees: ``over`` laid on ``base``; records which choice dimensions
-    (batch, recompute, sequence parallel) the rule read."""
+    """The namespace a rule sees, ``over`` laid on ``base``, recording which inner choice
+    dimensions the rule read."""
     __slots__ = ("_base", "_over", "dims")
 
     def __init__(self, base: Mapping, over: Mapping):
@@ -498,526 +606,445 @@ class _Reads(Mapping):
 
 
 class _Verdicts:
-    """Which inner choices (batch b, recompute r, sequence parallel s) of one layout pass the rules.
+    """Which inner choices of one layout family pass the rules.
 
-    Each rule is run on the first choice of every dimension; when it read a dimension, it is
-    run again for each value of that dimension (and of any other it then reads).  Its verdict
-    for a choice is the verdict of the run that agrees with the choice on every dimension the
-    run read: the same keys read with the same values take the same path.
+    Each rule is run on the first value of every dimension; when it read a dimension it is
+    run again for each value of it (and of any dimension it then reads), giving a table over
+    the dimensions it read.  A table is checked in the loop over the last dimension it needs.
     """
 
-    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], namespaces: list[dict],
-                 overlays: list[list[dict]]):
-        self.failed: str | None = None          # a problem code every choice fails with
-        self.tables: list[tuple[tuple[int, ...], dict[tuple[int, ...], str | None]]] = []
-        self._raw, self._env = raw, env
-        self._namespaces, self._overlays = namespaces, overlays
-        self._sizes = (len(namespaces), len(overlays), len(overlays[0]))
+    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], sizes: tuple[int, ...],
+                 view: Callable[[tuple[int, ...]], _Reads], ignored: frozenset = frozenset()):
+        self.sizes, self._view, self._raw, self._env, self._ignored = sizes, view, raw, env, ignored
+        self.failed: str | None = None           # a problem code every choice fails with
+        self.levels: list[list[tuple[tuple[int, ...], dict]]] = [[] for _ in sizes]
         for rule in rules:
             dims, table = self._table(rule)
             if not dims:
-                code = table[()]
-                if code is not None:
-                    self.failed = code
+                if table[()] is not None:
+                    self.failed = table[()]
                     return
                 continue
-            if all(code is None for code in table.values()):
-                continue
-            self.tables.append((dims, table))
+            if any(code is not None for code in table.values()):
+                self.levels[max(dims)].append((dims, table))
 
-    def _run(self, rule, choice: tuple[int, int, int]) -> tuple[str | None, set[int]]:
-        b, r, s = choice
-        view = _Reads(self._namespaces[b], self._overlays[r][s])
+    def _run(self, rule, choice: tuple[int, ...]) -> tuple[str | None, set[int]]:
+        view = self._view(choice)
         for problem in rule(view, self._raw, self._env):
-            return problem.code, view.dims
+            if problem.code not in self._ignored:
+                return problem.code, view.dims
         return None, view.dims
 
     def _table(self, rule) -> tuple[tuple[int, ...], dict]:
-        code, read = self._run(rule, (0, 0, 0))
+        code, read = self._run(rule, (0,) * len(self.sizes))
         dims = tuple(sorted(read))
+        if not dims:
+            return (), {(): code}
         while True:
             table: dict[tuple[int, ...], str | None] = {}
-            grown = False
-            for key in _product([range(self._sizes[d]) for d in dims]):
-                choice = [0, 0, 0]
+            for key in itertools.product(*(range(self.sizes[d]) for d in dims)):
+                choice = [0] * len(self.sizes)
                 for d, i in zip(dims, key):
                     choice[d] = i
                 code, read = self._run(rule, tuple(choice))
                 if not read <= set(dims):
                     dims = tuple(sorted(set(dims) | read))
-                    grown = True
                     break
                 table[key] = code
-            if not grown:
+            else:
                 return dims, table
 
-    def code(self, b: int, r: int, s: int) -> str | None:
-        """The first problem code this choice fails with, or None when every rule passes."""
-        if self.failed is not None:
-            return self.failed
-        choice = (b, r, s)
-        for dims, table in self.tables:
-            code = table[tuple(choice[d] for d in dims)]
+    def check(self, level: int, choice: list[int]) -> str | None:
+        """The first problem code of the tables that complete at this loop level, or None."""
+        for dims, table in self.levels[level]:
+            code = table[(choice[dims[0]],) if len(dims) == 1 else tuple(choice[d] for d in dims)]
             if code is not None:
                 return code
         return None
 
 
-def _product(ranges: list) -> Iterator[tuple[int, ...]]:
-    if not ranges:
-        yield ()
-        return
-    import itertools
-
-    yield from itertools.product(*ranges)
-
-
 # -------------------------------------------------------------------------------------------
-# The search
+# Memory
 
 
-@dataclass
-class _Fit:
-    """A layout that fits, before it becomes a Candidate."""
-    step: float
-    device: int
-    allocated: int
-    peak_rank: int
-    layout: _Layout
-    vpp: int | None
-    micro_batch_size: int
-    num_microbatches: int
-    distributed_optimizer: bool
-    recompute: Recompute
-    sequence_parallel: bool
+class _Family:
+    """What a pipeline split fixes: the stages, and the groups of stages of one structure.
 
-    def sort_key(self) -> tuple:
-        lay = self.layout
-        return (self.step, self.device, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, lay.pipeline.label,
-                self.micro_batch_size, self.recompute.label, self.sequence_parallel, self.distributed_optimizer)
+    ``groups``: one per structure, (stage id, chunk ids, lowest rank, runs the loss, has layers,
+    holds the batch, its layers);
+    the ids are the search's interned structures (layer kinds, embedding, loss, output weight,
+    MTP), so caches key on small ints."""
 
-
-class _Search:
-    """One planning run: the model resolved once, then every layout, with shared caches."""
-
-    def __init__(self, inp: TrainingInput, world: int, gbs: int, budget: int, overheads, environ,
-                 space: SearchSpace, proxy: ProxyAssumptions):
-        from .flags import flag_table
-        from .resolve import resolve_config
-        from .validation.rules import RULES
-        from .validation.schema import check_config_schema
-
-        self.inp, self.world, self.gbs, self.budget = inp, world, gbs, budget
-        self.overheads, self.env, self.space, self.proxy_assumptions = overheads, environ, space, proxy
-        self.rules = tuple(RULES)
-
-        # The model without the layout: the user's settings minus what the planner chooses.
-        settings = {d: s for d, s in inp.raw.settings.items() if d not in PLANNED_DESTS}
-        settings["global_batch_size"] = RawSetting("global_batch_size", gbs, "--global-batch-size")
-        settings["micro_batch_size"] = RawSetting("micro_batch_size", min(space.micro_batch_sizes), "--micro-batch-size")
-        self.raw = RawArgs(settings, inp.raw.source)
-        defaults = flag_table().defaults()
-        self.namespace = dict(defaults)
-        self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
-        self.moe = bool(self.namespace.get("num_experts"))
-
-        # Validate the input once: the types and ranges of everything the user gave, then the
-        # model alone (one GPU, Megatron's default layout).
-        given = dict(self.namespace)
-        given.update({d: s.value for d, s in inp.raw.settings.items()})
-        problems = check_config_schema(given, inp.raw)
-        if problems:
-            raise InvalidInput(problems)
-        try:
-            self.reference = resolve_config(self.raw, world_size=1, world_size_source="plan", environ=environ)
-            self.base_problems: tuple[Problem, ...] = ()
-        except InvalidInput as err:
-            # Problems of the default layout may vanish with another one; those of the model do not.
-            if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
-                raise InvalidInput(err.problems) from None
-            self.reference = None
-            self.base_problems = tuple(err.problems)
-
-        self.user_pipeline = _user_pipeline_choice(inp.raw)
-        self.proxy_model: _ProxyModel | None = None
-
-        # caches shared by all layouts
-        self._vocab: dict[int, Any] = {}
-        self._stages: dict[tuple, tuple] = {}
-        self._layer_counts: dict[tuple, tuple[int, int]] = {}
-        self._states: dict[tuple, int] = {}
-        self._act_configs: dict[tuple, Any] = {}
-        self._chunk_acts: dict[tuple, tuple[int, int]] = {}
-        self._stage_acts: dict[tuple, tuple[tuple[int, ...], int]] = {}
-        self._deferred: dict[tuple, int] = {}
-        self._recomputed: dict[tuple, float] = {}
-
-        self.searched = self.valid = 0
-        self.rejections: dict[str, int] = {}
-        self.fits: list[_Fit] = []
-
-    # -- the space ----------------------------------------------------------------------------
-
-    def layouts(self) -> Iterator[_Layout]:
-        ns, world, space = self.namespace, self.world, self.space
-        num_layers = ns.get("num_layers") or ns.get("encoder_num_layers") or 1
-        mtp = ns.get("mtp_num_layers") or 0
-        experts = ns.get("num_experts") or 0
-        splits: dict[int, list[PipelineChoice]] = {}
-        for tp in _divisors(world):
-            if tp > space.tensor_parallel_limit:
-                break
-            for cp in _divisors(world // tp):
-                if cp > space.max_context_parallel:
-                    break
-                for pp in _divisors(world // (tp * cp)):
-                    if pp > num_layers:
-                        break
-                    if pp not in splits:
-                        splits[pp] = pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages)
-                        user = self.user_pipeline
-                        if user is not None and user.pp == pp and user.settings not in [c.settings for c in splits[pp]]:
-                            splits[pp].insert(0, user)
-                    for choice in splits[pp]:
-                        if not experts:
-                            yield _Layout(tp, cp, pp, 1, tp, choice)
-                            continue
-                        for ep in _divisors(experts):
-                            if ep > world:
-                                break
-                            for etp in sorted({1, tp}):
-                                yield _Layout(tp, cp, pp, ep, etp, choice)
-
-    def batch_choices(self) -> list[tuple[bool, int]]:
-        return [(do, mbs) for do in self.space.distributed_optimizer for mbs in self.space.micro_batch_sizes]
-
-    # -- the loop -----------------------------------------------------------------------------
-
-    def run(self) -> None:
-        from .derive import derive_namespace
-
-        batches = self.batch_choices()
-        for layout in self.layouts():
-            ns = dict(self.namespace)
-            ns.update(layout.settings(self.moe))
-            ns["recompute_activations"] = False
-            ns["distribute_saved_activations"] = False
-            namespaces = []
-            for do, mbs in batches:
-                ns["use_distributed_optimizer"] = do
-                ns["micro_batch_size"] = mbs
-                derived, _ = derive_namespace(ns, self.world)
-                derived["world_size_source"] = "plan"
-                namespaces.append(derived)
-            first = namespaces[0]
-            stages = self.stage_layout(layout, first)
-            max_chunk = max((len(c.layers) for s in stages for c in s.chunks), default=0)
-            recomputes = recompute_choices(max_chunk, self.space.block_recompute_fractions)
-            sps = (False, True) if layout.tp > 1 else (False,)
-            overlays = [[_recompute_overlay(rec, sp, first) for sp in sps] for rec in recomputes]
-            verdicts = _Verdicts(self.rules, self.raw, self.env, namespaces, overlays)
-            if verdicts.failed is not None:
-                count = len(batches) * len(recomputes) * len(sps)
-                self.searched += count
-                self.rejections[verdicts.failed] = self.rejections.get(verdicts.failed, 0) + count
-                continue
-            memory = _LayoutMemory(self, layout, first, stages)
-            for b, (_, mbs) in enumerate(batches):
-                derived = namespaces[b]
-                m = derived["num_microbatches"]
-                do = bool(derived.get("use_distributed_optimizer"))
-                over_budget = memory.states_exceed(do)
-                for r, rec in enumerate(recomputes):
-                    for s, sp in enumerate(sps):
-                        self.searched += 1
-                        code = verdicts.code(b, r, s)
-                        if code is not None:
-                            self.rejections[code] = self.rejections.get(code, 0) + 1
-                            continue
-                        self.valid += 1
-                        if over_budget:
-                            continue
-                        peak = memory.peak(do, mbs, m, rec, sp)
-                        if peak is None:
-                            continue
-                        device, allocated, rank = peak
-                        step = memory.proxy(mbs, m, rec, sp, do).step
-                        self.fits.append(_Fit(step, device, allocated, rank, layout, memory.vpp, mbs, m, do, rec, sp))
-
-    # -- shared pieces ------------------------------------------------------------------------
-
-    def stage_layout(self, layout: _Layout, derived: dict) -> tuple:
-        """``layout.pipeline_stages`` of this split: it depends on pp, the split and the model only."""
-        from .config import build_config
-        from .layout import pipeline_stages
-
-        key = (layout.pp, layout.pipeline)
-        stages = self._stages.get(key)
-        if stages is None:
-            config = build_config(derived, self.vocabulary(layout.tp), "plan", self.env)
-            if self.reference is None:
-                self.reference = config
-            stages = self._stages[key] = pipeline_stages(config)
-        return stages
-
-    def vocabulary(self, tp: int):
-        from .vocab import resolve_vocabulary
-
-        vocab = self._vocab.get(tp)
-        if vocab is None:
-            # The call resolve.resolve_config makes; the input's vocabulary was checked there.
-            ns = self.namespace
-            vocab = resolve_vocabulary(
-                vocab_size=ns.get("vocab_size"), padded_vocab_size=ns.get("padded_vocab_size"),
-                tokenizer_type=ns.get("tokenizer_type") or "GPT2BPETokenizer", vocab_file=ns.get("vocab_file"),
-                tokenizer_model=ns.get("tokenizer_model"),
-                make_vocab_size_divisible_by=ns.get("make_vocab_size_divisible_by") or 128,
-                tp=tp, pad=bool(ns.get("pad_vocab_size", True)))
-            if vocab is None:
-                raise InvalidInput([Problem("unknown-vocab-size", self.raw.location("vocab_size"),
-                                            "cannot tell the vocabulary size; pass --vocab-size")])
-            self._vocab[tp] = vocab
-        return vocab
-
-    def layer_pattern(self) -> tuple[bool, ...]:
-        model = self.reference.model
-        return model.moe.layer_pattern if model.moe is not None else (False,) * model.num_layers
-
-    def layer_counts(self, tp: int, ep: int, etp: int, moe_layer: bool) -> tuple[int, int]:
-        """(dense, expert) parameters one GPU holds of a decoder layer of this kind."""
-        from .memory.parameters import count, layer_tensors
-
-        key = (tp, ep, etp, moe_layer)
-        counts = self._layer_counts.get(key)
-        if counts is None:
-            index = self.layer_pattern().index(moe_layer)
-            config = replace(self.reference, parallel=ParallelDims(self.world, tp, 1, 1, ep, etp))
-            c = count(layer_tensors(config, index, ""))
-            counts = self._layer_counts[key] = (c.dense, c.expert)
-        return counts
-
-    def get_proxy_model(self, config) -> "_ProxyModel":
-        if self.proxy_model is None:
-            self.proxy_model = _proxy_model(self, config)
-        return self.proxy_model
-
-
-def _recompute_overlay(rec: Recompute, sp: bool, derived: Mapping) -> dict:
-    """The namespace keys a recompute / sequence-parallel choice sets on the derived namespace."""
-    over = rec.settings()
-    if rec.modules is None:
-        over["recompute_modules"] = derived.get("recompute_modules")
-    over["recompute_activations"] = False
-    over["distribute_saved_activations"] = False
-    over["sequence_parallel"] = sp
-    return over
-
-
-def _stage_other(cfg, stage, per_chunk, overheads, environ) -> int:
-    """A stage's bytes besides model states and kept activations: the largest transient, the
-    workspaces, the batch and the global buffers, term by term as memory/model.py
-    ``estimate_stage`` adds them (without the FSDP transient, which comes with the states)."""
-    from .memory import activations as act
-    from .memory import model as mm
-    from .memory.overhead import cublas_workspace_bytes, te_workspace_bytes
-
-    ns = cfg.namespace
-    backward = mm._layer_backward_working_set(cfg, stage.layers)
-    transients = [backward]
-    if ns.get("fine_grained_activation_offloading") and stage.layers:
-        transients.append(backward + max(act.offloaded_bytes(cfg, i) for i in stage.layers))
-    if ns.get("overlap_moe_expert_parallel_comm") and stage.layers:
-        transients.append(backward + max(act.layer_activations(cfg, i).total for i in stage.layers))
-    transients.append(max((r for _, r in per_chunk), default=0))
-    if stage.post_process:
-        transients.append(mm._loss_transient(cfg, overheads.compute_capability))
-    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability, bool(ns.get("deterministic_mode")))
-    te = te_workspace_bytes(overheads.compute_capability, cfg.kernels.transformer_impl)
-    batch = mm._batch_bytes(cfg) if (stage.pre_process or stage.post_process) else 0
-    return max(transients) + cublas + te + batch + mm._global_buffers(cfg)
-
-
-class _LayoutMemory:
-    """The per-stage memory of one layout, composed the way memory/model.py ``estimate_stage``
-    composes it, from the same functions, with their results cached by what each depends on.
-
-    Stages with the same structure (layer kinds, embedding, loss, output weight, MTP) share
-    model states and per-microbatch activations.  Without virtual stages a lower rank of such
-    a group holds at least as many microbatches (1F1B: min(p - r, M)) and nothing else differs,
-    so only its first rank can be the group's peak; with virtual stages every rank is checked.
-    """
-
-    def __init__(self, search: _Search, layout: _Layout, derived: dict, stages: tuple):
-        from .memory.overhead import communicators
-
-        self.search, self.layout, self.derived, self.stages = search, layout, derived, stages
+    def __init__(self, search: "_Search", stages: tuple, derived: Mapping):
+        pattern = search.layer_pattern()
+        self.stages = stages
         self.vpp = derived.get("virtual_pipeline_model_parallel_size")
         self.group_size = derived["microbatch_group_size_per_vp_stage"]
         self.combined_1f1b = bool(derived.get("overlap_moe_expert_parallel_comm"))
-        self._config = None
-        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, self.vpp)
+        self.max_chunk_layers = max((len(c.layers) for s in stages for c in s.chunks), default=0)
+        seen: dict[int, int] = {}
+        groups = []
+        for stage in stages:
+            chunk_ids = tuple(search.intern(("chunk", tuple(pattern[i] for i in c.layers), c.pre_process,
+                                             c.post_process, c.mtp_layers)) for c in stage.chunks)
+            stage_id = search.intern(("stage", chunk_ids, tuple((c.embedding, c.output_weight) for c in stage.chunks)))
+            if stage_id in seen:
+                continue                        # a higher rank of the same structure: never the peak
+            seen[stage_id] = stage.pp_rank
+            groups.append((stage_id, chunk_ids, stage.pp_rank, stage.post_process, bool(stage.layers),
+                           stage.pre_process or stage.post_process, stage.layers))
+        self.groups = tuple(groups)
+        self.parts: dict[tuple, list[int]] = {}          # _LayoutMemory._parts, shared by the family
+
+
+class _Activations:
+    """The activation terms of one (tp, cp, etp, micro batch, sequence parallel, selective
+    recompute modules) choice, from memory/activations.py and memory/model.py on a
+    configuration with it.  A layer's bytes depend on the layer only through its kind (dense or
+    MoE) and on recompute only through the selective modules; full recompute changes which
+    layers are kept whole (``_Search.recompute_grouping``), so its variants share this record."""
+
+    def __init__(self, search: "_Search", cfg):
+        self.search, self.cfg = search, cfg
+        self._layers: dict[bool, int] = {}
+        self._chunks: dict[tuple, tuple[int, int]] = {}
+        self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._deferred: dict[int, int] = {}
+        self.layer_input = act.layer_input_bytes(cfg)
+        self.embedding = act.embedding_activations(cfg)
+        self.loss_kept = act.loss_activations(cfg)[0]
+        self._mtp: int | None = None
+        ns = cfg.namespace
+        self.offloading = bool(ns.get("fine_grained_activation_offloading"))
+        self.overlapped = bool(ns.get("overlap_moe_expert_parallel_comm"))
+        self.batch = memory_model._batch_bytes(cfg)
+        self.buffers = memory_model._global_buffers(cfg)
+        self.loss_transient = memory_model._loss_transient(cfg, search.overheads.compute_capability)
+        # memory/model.py _layer_backward_working_set: the same for every stage that has layers.
+        self.backward = memory_model._layer_backward_working_set(cfg, (0,))
+        self._kinds: tuple[int, int] | None = None
+
+    def layer(self, index: int) -> int:
+        """memory/activations.py ``layer_activations`` total: it depends on the layer's kind only."""
+        kind = self.search.pattern[index]
+        value = self._layers.get(kind)
+        if value is None:
+            value = self._layers[kind] = act.layer_activations(self.cfg, index).total
+        return value
+
+    def chunk(self, chunk_id: int, chunk, rec: Recompute) -> tuple[int, int]:
+        """memory/model.py ``chunk_activation_bytes``: (kept per microbatch, largest recompute),
+        from the chunk's recompute groups counted by layer kind."""
+        key = (chunk_id, rec)
+        value = self._chunks.get(key)
+        if value is None:
+            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
+            dense, moe = self.kind_bytes()
+            kept = whole[0] * dense + whole[1] * moe + groups[0] * self.layer_input
+            recompute_peak = max((d * dense + m * moe for d, m in groups[1]), default=0)
+            if chunk.pre_process:
+                kept += self.embedding
+            if chunk.post_process:
+                kept += self.loss_kept
+            if chunk.mtp_layers:
+                if self._mtp is None:
+                    self._mtp = act.mtp_layer_activations(self.cfg)
+                kept += chunk.mtp_layers * self._mtp
+            value = self._chunks[key] = (kept, recompute_peak)
+        return value
+
+    def kind_bytes(self) -> tuple[int, int]:
+        """Bytes one dense and one MoE layer keep (0 for a kind the model does not have)."""
+        if self._kinds is None:
+            pattern = self.search.pattern
+            dense = self.layer(pattern.index(False)) if False in pattern else 0
+            moe = self.layer(pattern.index(True)) if True in pattern else 0
+            self._kinds = (dense, moe)
+        return self._kinds
+
+    def stage(self, group: tuple, stage, rec: Recompute) -> tuple[tuple[int, ...], int]:
+        """(kept bytes per microbatch of each chunk, the stage's other bytes but the FSDP
+        transient), as memory/model.py ``estimate_stage`` adds them."""
+        stage_id, chunk_ids = group[0], group[1]
+        key = (stage_id, rec)
+        value = self._stages.get(key)
+        if value is None:
+            cache = self._chunks
+            per_chunk = [cache.get((cid, rec)) or self.chunk(cid, chunk, rec) for cid, chunk in zip(chunk_ids, stage.chunks)]
+            has_layers, layers = group[4], group[6]
+            backward = self.backward if has_layers else 0
+            transient = max(backward, max(r for _, r in per_chunk))
+            if self.offloading and has_layers:
+                transient = max(transient, backward + max(act.offloaded_bytes(self.cfg, i) for i in layers))
+            if self.overlapped and has_layers:
+                transient = max(transient, backward + max(self.layer(i) for i in layers))
+            if group[3]:
+                transient = max(transient, self.loss_transient)
+            other = transient + self.search.workspaces + self.buffers
+            if group[5]:
+                other += self.batch
+            value = self._stages[key] = (tuple(kept for kept, _ in per_chunk), other)
+        return value
+
+    def deferred(self, m: int) -> int:
+        """memory/model.py ``_deferred_wgrad_bytes`` with M microbatches (on the loss stage)."""
+        if not self.cfg.training.defer_embedding_wgrad_compute:
+            return 0
+        value = self._deferred.get(m)
+        if value is None:
+            value = self._deferred[m] = memory_model._deferred_wgrad_bytes(
+                replace(self.cfg, training=replace(self.cfg.training, num_microbatches=m)))
+        return value
+
+
+@dataclass(frozen=True)
+class _StateRates:
+    """Model-state bytes per element, the cheapest and the costliest tensor kind."""
+    dense_low: float
+    dense_high: float
+    expert_low: float
+    expert_high: float
+
+
+def _census(tensors) -> tuple[int, int, int, int]:
+    """(dense elements, expert elements, dense tensors, expert tensors) of a tensor list."""
+    dense = [t.numel for t in tensors if not t.expert]
+    expert = [t.numel for t in tensors if t.expert]
+    return sum(dense), sum(expert), len(dense), len(expert)
+
+
+def _workspaces(config, overheads, environ) -> int:
+    """The cuBLAS and Transformer Engine workspaces every stage holds (memory/overhead.py)."""
+    from .memory.overhead import cublas_workspace_bytes, te_workspace_bytes
+
+    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                       bool(config.namespace.get("deterministic_mode")))
+    return cublas + te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl)
+
+
+class _LayoutMemory:
+    """The per-stage memory of one layout, from the memory/ functions, cached by what each
+    depends on (see the module docstring)."""
+
+    def __init__(self, search: "_Search", layout: _Layout, family: _Family, derived: Mapping):
+        from .memory.overhead import communicators
+
+        self.search, self.layout, self.family = search, layout, family
+        self._derived, self._config = derived, None
+        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
         o = search.overheads
         self.fixed = o.cuda_context_bytes + o.nccl_bytes_per_communicator * len(communicators(self.dims, search.moe))
         self.fragmentation = o.fragmentation
-        pattern = search.layer_pattern()
-        classes: dict[tuple, list[int]] = {}
-        for stage in stages:
-            sig = tuple((tuple(pattern[i] for i in c.layers), c.embedding, c.pre_process, c.post_process,
-                         c.output_weight, c.mtp_layers) for c in stage.chunks)
-            classes.setdefault(sig, []).append(stage.pp_rank)
-        self.classes = [(sig, ranks if self.vpp else ranks[:1]) for sig, ranks in classes.items()]
-        self._bound: dict[bool, bool] = {}
+        self._exceed: dict[bool, bool] = {}
+        self._bounds_cache: dict[tuple, list] = {}
         self._states: dict[bool, list[tuple[int, int]]] = {}
+        self._proxy: dict[tuple, tuple] = {}
 
     @property
     def config(self):
-        """This layout's EstimatorConfig (config.build_config on the derived namespace)."""
+        """This layout's EstimatorConfig (config.build_config on its derived namespace)."""
         if self._config is None:
             from .config import build_config
 
-            self._config = build_config(self.derived, self.search.vocabulary(self.layout.tp), "plan", self.search.env)
+            ns = dict(self._derived)
+            ns.update(_expert_overlay(self.layout.ep, self.layout.etp))
+            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env)
         return self._config
 
-    # model states
-
     def states_exceed(self, do: bool) -> bool:
-        """Whether a lower bound of the model states alone puts some stage over the budget.
+        """Whether the lower bound of the model states alone puts a stage over the budget."""
+        exceed = self._exceed.get(do)
+        if exceed is None:
+            worst = max(self.lower_bounds(do))
+            exceed = self._exceed[do] = worst + self.fixed + int(worst * self.fragmentation) > self.search.budget
+        return exceed
 
-        The bound is memory/states.py ``model_states`` of the stage's decoder-layer parameters
-        as one dense and one expert tensor, of the kind that costs least: the states grow with
-        the elements (padding only adds), and the embedding, output layer and MTP layers are
-        left out."""
-        bound = self._bound.get(do)
-        if bound is None:
-            from .memory.parameters import ParamTensor
-            from .memory.states import model_states
+    def lower_bounds(self, do: bool) -> list[int]:
+        """A lower bound of each stage group's model states (weights, gradients, optimizer states)."""
+        return self._bounds(do, 0)
 
+    def upper_bounds(self, do: bool) -> list[int | None]:
+        """An upper bound of each stage group's model states and FSDP transient (None: unbounded)."""
+        return self._bounds(do, 1)
+
+    def _bounds(self, do: bool, which: int) -> list:
+        out = self._bounds_cache.get((do, which))
+        if out is None:
             search, lay = self.search, self.layout
-            ref = search.reference
-            config = replace(ref, parallel=self.dims, precision=replace(ref.precision, use_distributed_optimizer=do))
-            worst = 0
-            for sig, _ in self.classes:
-                dense = expert = 0
-                for chunk in sig:
-                    for kind in chunk[0]:
-                        d, e = search.layer_counts(lay.tp, lay.ep, lay.etp, kind)
-                        dense += d
-                        expert += e
-                lowest = None
-                for kind in ("linear", "norm"):
-                    probe = [ParamTensor("probe", dense, False, kind)] if dense else []
-                    if expert:
-                        probe.append(ParamTensor("probe.expert", expert, True, kind))
-                    st = model_states(config, [probe])
-                    total = st.weights + st.gradients + st.optimizer_states
-                    lowest = total if lowest is None else min(lowest, total)
-                # model_states truncates per buffer group; the real stage has more groups.
-                worst = max(worst, lowest - 8 * len(sig))
-            device = worst + self.fixed + int(worst * self.fragmentation)
-            bound = self._bound[do] = device > search.budget
-        return bound
+            out = []
+            for group in self.family.groups:
+                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group[0], which)
+                value = search._bounds.get(key)
+                if value is None:
+                    value = search._bounds[key] = self._states_bound(do, group, upper=bool(which))
+                out.append(value)
+            self._bounds_cache[(do, which)] = out
+        return out
+
+    def _states_bound(self, do: bool, group: tuple, upper: bool) -> int | None:
+        """A bound of the stage's model states (weights, gradients, optimizer states).
+
+        memory/states.py ``model_states`` is linear in the elements of each tensor kind, up to
+        buffer padding and integer truncation: a stage's states lie between its elements times
+        the cheapest kind's rate and its elements times the costliest kind's rate plus the most
+        padding the distributed optimizer adds (each tensor starts on a 64-element boundary,
+        each bucket ends on a multiple of lcm(shard, 128)).  Megatron-FSDP's transient is not
+        bounded above.  ``_Search.state_rates`` measures the rates on padding-free probes."""
+        search = self.search
+        lay, dims = self.layout, self.dims
+        stage = self.family.stages[group[2]]
+        ref = search.reference
+        if upper and ref.precision.use_megatron_fsdp:
+            return None
+        rates = search.state_rates(dims, do)
+        dense = expert = padding = 0
+        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
+        for cid, chunk in zip(group[1], stage.chunks):
+            d, e, nd, ne = search.chunk_census(lay.tp, lay.ep, lay.etp, cid, chunk)
+            dense, expert = dense + d, expert + e
+            if chunk.post_process:
+                nd += 2                                            # the final norm: weight (and bias)
+            padding += nd * 64 + (nd + 3) * dense_divisor if nd else 0
+            padding += ne * 64 + (ne + 3) * expert_divisor if ne else 0
+        truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term
+        if not upper:
+            return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
+        bound = dense * rates.dense_high + expert * rates.expert_high + truncation
+        if do or ref.precision.use_megatron_fsdp:
+            bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
+        return int(bound) + 1
 
     def states(self, do: bool) -> list[tuple[int, int]]:
-        """(weights + gradients + optimizer states, FSDP transient) of each stage group (memory/states.py)."""
+        """(weights + gradients + optimizer states, FSDP transient) of each stage group."""
         out = self._states.get(do)
         if out is None:
-            from .memory.parameters import chunk_tensors
-            from .memory.states import model_states
-
-            lay = self.layout
-            config = self.config
-            if config.precision.use_distributed_optimizer != do:
-                config = replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
-            cache = self.search._states
+            search, lay = self.search, self.layout
+            config = None
             out = []
-            for sig, ranks in self.classes:
+            for group in self.family.groups:
                 # dp x cp = world / (tp pp) and edp do not depend on cp: neither do the states.
-                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, sig)
-                value = cache.get(key)
+                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group[0])
+                value = search._states.get(key)
                 if value is None:
-                    stage = self.stages[ranks[0]]
-                    st = model_states(config, [chunk_tensors(config, chunk) for chunk in stage.chunks])
-                    value = cache[key] = (st.weights + st.gradients + st.optimizer_states, st.fsdp_transient)
+                    if config is None:
+                        config = self.config
+                        if config.precision.use_distributed_optimizer != do:
+                            config = replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
+                    stage = self.family.stages[group[2]]
+                    st = model_states(config, [search.tensors(config, lay, cid, chunk)
+                                               for cid, chunk in zip(group[1], stage.chunks)])
+                    value = search._states[key] = (st.weights + st.gradients + st.optimizer_states, st.fsdp_transient)
+                    lower, upper = self.lower_bounds(do)[len(out)], self.upper_bounds(do)[len(out)]
+                    total = value[0] + value[1]
+                    if total < lower or (upper is not None and total > upper):
+                        raise RuntimeError(
+                            f"planner: the model states of stage {group[2]} ({total} bytes) fall outside the "
+                            f"planner's bounds [{lower}, {upper}]: memory/states.py changed; update "
+                            "_LayoutMemory._states_bounds")
                 out.append(value)
             self._states[do] = out
         return out
 
-    # activations
-
-    def _act_config(self, mbs: int, rec: Recompute, sp: bool):
-        """A configuration with this batch and recompute choice for the activation terms, which
-        read tp, cp, ep, etp and the training settings (not pp, the split or the optimizer)."""
+    def activations(self, mbs: int, rec: Recompute, sp: bool) -> _Activations:
+        """The activation terms of this choice; they read tp, cp, etp, the training settings and
+        the selective recompute modules, not pp, ep, the split or the optimizer."""
         lay = self.layout
-        key = (lay.tp, lay.cp, lay.ep, lay.etp, mbs, rec, sp)
-        cfg = self.search._act_configs.get(key)
-        if cfg is None:
+        layered = rec if rec.granularity == "selective" else NO_RECOMPUTE
+        key = (lay.tp, lay.cp, lay.etp, mbs, layered, sp)
+        acts = self.search._activations.get(key)
+        if acts is None:
             base = self.config
-            modules = rec.modules if rec.modules is not None else tuple(self.derived.get("recompute_modules") or ())
-            cfg = self.search._act_configs[key] = replace(
-                base, parallel=ParallelDims(self.search.world, lay.tp, 1, lay.cp, lay.ep, lay.etp),
-                training=replace(base.training, micro_batch_size=mbs, sequence_parallel=sp,
-                                 recompute_granularity=rec.granularity, recompute_method=rec.method,
-                                 recompute_num_layers=rec.num_layers, recompute_modules=modules,
-                                 distribute_saved_activations=False))
-        return key, cfg
+            modules = layered.modules if layered.modules is not None else tuple(self._derived.get("recompute_modules") or ())
+            cfg = replace(base, parallel=ParallelDims(self.search.world, lay.tp, 1, lay.cp, 1, lay.etp),
+                          training=replace(base.training, micro_batch_size=mbs, sequence_parallel=sp,
+                                           recompute_granularity=layered.granularity, recompute_method=None,
+                                           recompute_num_layers=None, recompute_modules=modules,
+                                           distribute_saved_activations=False))
+            acts = self.search._activations[key] = _Activations(self.search, cfg)
+        return acts
 
-    def _group_activations(self, akey, cfg, index: int) -> tuple[tuple[int, ...], int]:
-        """(bytes one microbatch keeps in each chunk, the stage's other bytes but the FSDP transient)."""
-        from .memory import model as mm
+    def _parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> list[int]:
+        """Each stage group's bytes besides its model states: activations alive at the schedule's
+        fullest moment, transients, workspaces, batch, buffers (memory/model.py ``estimate_stage``).
+        They depend on tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the
+        layouts of a family."""
+        family = self.family
+        lay = self.layout
+        key = (lay.tp, lay.cp, lay.etp, mbs, r, sp)          # r: the family's recompute choice index
+        parts = family.parts.get(key)
+        if parts is None:
+            parts = family.parts[key] = self._compute_parts(mbs, m, rec, sp)
+        return parts
 
-        sig, ranks = self.classes[index]
-        key = (akey, sig)
-        cached = self.search._stage_acts.get(key)
-        if cached is None:
-            chunk_acts = self.search._chunk_acts
-            stage = self.stages[ranks[0]]
-            per_chunk = []
-            for chunk, (kinds, _, pre, post, _, mtp) in zip(stage.chunks, sig):
-                ckey = (akey, kinds, pre, post, mtp)
-                value = chunk_acts.get(ckey)
-                if value is None:
-                    value = chunk_acts[ckey] = mm.chunk_activation_bytes(cfg, chunk)
-                per_chunk.append(value)
-            other = _stage_other(cfg, stage, per_chunk, self.search.overheads, self.search.env)
-            cached = self.search._stage_acts[key] = (tuple(kept for kept, _ in per_chunk), other)
-        return cached
+    def _compute_parts(self, mbs: int, m: int, rec: Recompute, sp: bool) -> list[int]:
+        acts = self.activations(mbs, rec, sp)
+        family = self.family
+        pp, vpp = self.layout.pp, family.vpp
+        inflight_cache = self.search._inflight
+        parts = []
+        stage_cache = acts._stages
+        for group in family.groups:
+            rank = group[2]
+            kept, other = stage_cache.get((group[0], rec)) or acts.stage(group, family.stages[rank], rec)
+            if group[3]:
+                other += acts.deferred(m)
+            if pp == 1:
+                live = sum(kept)                              # layout.microbatches_in_flight: one at a time
+            elif vpp is None:
+                live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
+            else:
+                # The fullest moment is the same for chunk weights scaled by a positive factor,
+                # and for the smaller microbatch count schedule_microbatches gives.
+                scale = math.gcd(*kept) or 1
+                weights = tuple(k // scale for k in kept)
+                scheduled = schedule_microbatches(pp, rank, vpp, m, family.group_size, int(family.combined_1f1b))
+                key = (pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b)
+                counts = inflight_cache.get(key)
+                if counts is None:
+                    counts = inflight_cache[key] = microbatches_in_flight(
+                        pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b).chunk_microbatches
+                live = sum(n * k for n, k in zip(counts, kept))
+            parts.append(other + live)
+        return parts
 
-    def _deferred(self, akey, cfg, m: int) -> int:
-        """memory/model.py ``_deferred_wgrad_bytes`` for M microbatches (last stage only)."""
-        if not cfg.training.defer_embedding_wgrad_compute:
-            return 0
-        from .memory import model as mm
-
-        key = (akey, m)
-        value = self.search._deferred.get(key)
-        if value is None:
-            value = self.search._deferred[key] = mm._deferred_wgrad_bytes(
-                replace(cfg, training=replace(cfg.training, num_microbatches=m)))
-        return value
-
-    def peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int] | None:
-        """(device peak, allocated peak, rank) of the peak stage; None as soon as a stage is over budget."""
-        from .layout import microbatches_in_flight
-
-        states = self.states(do)
-        akey, cfg = self._act_config(mbs, rec, sp)
+    def assess(self, do: bool, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> int | None:
+        """None when a stage is over budget, else the peak device bytes (exact, or a lower bound
+        within the few megabytes of padding when the upper bound of the states fits anyway)."""
+        parts = self._parts(mbs, m, r, rec, sp)
         budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
-        pp, vpp, group, combined = self.layout.pp, self.vpp, self.group_size, self.combined_1f1b
+        worst = 0
+        for lower, part in zip(self.lower_bounds(do), parts):
+            low = lower + part
+            device = low + fixed + int(low * fragmentation)
+            if device > budget:
+                return None
+            if device > worst:
+                worst = device
+        for upper, part in zip(self.upper_bounds(do), parts):
+            if upper is None:
+                break
+            high = upper + part
+            if high + fixed + int(high * fragmentation) > budget:
+                break
+        else:
+            return worst
+        peak = self._exact(do, parts)
+        return None if peak[0] > budget else peak[0]
+
+    def exact_peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int]:
+        """(device peak, allocated peak, rank) of the peak stage, with exact model states."""
+        return self._exact(do, self._compute_parts(mbs, m, rec, sp))
+
+    def _exact(self, do: bool, parts: list[int]) -> tuple[int, int, int]:
+        fixed, fragmentation = self.fixed, self.fragmentation
         best = None
-        for index, (sig, ranks) in enumerate(self.classes):
-            kept, other = self._group_activations(akey, cfg, index)
-            model_states, fsdp_transient = states[index]
-            base = model_states + other + fsdp_transient
-            if sig[-1][3]:                                   # the loss runs here
-                base += self._deferred(akey, cfg, m)
-            for rank in ranks:
-                inflight = microbatches_in_flight(pp, rank, vpp, m, group, kept, combined).chunk_microbatches
-                allocated = base + sum(n * k for n, k in zip(inflight, kept))
-                device = allocated + fixed + int(allocated * fragmentation)
-                if device > budget:
-                    return None
-                if best is None or (device, -rank) > (best[0], -best[2]):
-                    best = (device, allocated, rank)
+        for group, (states_bytes, fsdp_transient), part in zip(self.family.groups, self.states(do), parts):
+            allocated = states_bytes + fsdp_transient + part
+            device = allocated + fixed + int(allocated * fragmentation)
+            rank = group[2]
+            if best is None or device > best[0] or (device == best[0] and rank < best[2]):
+                best = (device, allocated, rank)
         return best
 
     # throughput proxy
@@ -1027,12 +1054,12 @@ class _LayoutMemory:
         key = (self.layout.pp, self.layout.pipeline, rec)
         cached = self.search._recomputed.get(key)
         if cached is None:
-            model = self.search.get_proxy_model(self.config)
+            model = self.search.proxy_model
             pattern = self.search.layer_pattern()
             dense_f, moe_f = model.layer_forward
             total = sum(moe_f if k else dense_f for k in pattern) or 1.0
             again = 0.0
-            for stage in self.stages:
+            for stage in self.family.stages:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
                     again += sum(moe_f if pattern[i] else dense_f for i in layers)
@@ -1041,14 +1068,34 @@ class _LayoutMemory:
 
     def proxy(self, mbs: int, m: int, rec: Recompute, sp: bool, do: bool) -> ProxyBreakdown:
         """The throughput proxy of the module docstring."""
+        terms = self._proxy_terms(rec, sp, do)
+        r, tp_c, cp_c, ep_c, dp_c, c, volumes = terms
+        bubble = (self.layout.pp - 1) / ((self.family.vpp or 1) * m)
+        step = (1 + r + tp_c + cp_c + ep_c) * (1 + bubble) + dp_c
+        return ProxyBreakdown(step, bubble, r, tp_c, cp_c, ep_c, dp_c, c, *volumes)
+
+    def step(self, m: int, rec: Recompute, sp: bool, do: bool) -> float:
+        """The proxy's relative step time alone (for ranking every layout that fits)."""
+        r, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
+        return (1 + r + tp_c + cp_c + ep_c) * (1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)) + dp_c
+
+    def _proxy_terms(self, rec: Recompute, sp: bool, do: bool) -> tuple:
+        """(R, T_tp/C, T_cp/C, T_ep/C, T_dp/C, C, bytes sent per step by tp, cp, ep, dp).
+
+        The volumes per microbatch grow with the micro batch b and there are M = gbs / (b dp)
+        microbatches: the step's volumes do not depend on b, only the bubble does."""
+        key = (rec, sp, do)
+        terms = self._proxy.get(key)
+        if terms is not None:
+            return terms
         search = self.search
-        model = search.get_proxy_model(self.config)
+        model = search.proxy_model
         a, node = search.proxy_assumptions, search.space.gpus_per_node
         d = self.dims
         tp, cp, pp, ep, etp, dp, edp = d.tp, d.cp, d.pp, d.ep, d.etp, d.dp, d.edp
-        v = self.vpp or 1
         s_local = model.seq_length // cp
-        x = s_local * mbs * model.hidden * model.act_bytes            # one [s/cp, b, h] activation
+        tokens_per_step = s_local * search.gbs / dp                   # M x b tokens through each GPU
+        x = tokens_per_step * model.hidden * model.act_bytes          # M x one [s/cp, b, h] activation
         dense_layers, moe_layers = model.dense_layers / pp, model.moe_layers / pp
         again = self.recomputed_fraction(rec) if rec.granularity == "full" else 0.0
 
@@ -1056,43 +1103,37 @@ class _LayoutMemory:
             return a.intra_node_bandwidth if size * stride <= node else a.inter_node_bandwidth
 
         tp_bytes = 0.0
-        if tp > 1:
-            block = 4 * (tp - 1) / tp * x                              # one block, forward + backward
-            tp_bytes += (dense_layers + moe_layers + dense_layers) * block * (1 + 0.5 * again)
+        if tp > 1:                                     # attention blocks and dense MLP blocks
+            tp_bytes += (dense_layers + moe_layers + dense_layers) * 4 * (tp - 1) / tp * x
         if etp > 1 and moe_layers:
-            tp_bytes += moe_layers * 4 * (etp - 1) / etp * x * model.topk * (1 + 0.5 * again)
-        tp_bytes *= m
+            tp_bytes += moe_layers * 4 * (etp - 1) / etp * x * model.topk
+        tp_bytes *= 1 + 0.5 * again
         cp_bytes = 0.0
         if cp > 1:
-            kv_local = s_local * mbs * model.kv_width * model.act_bytes / tp
-            cp_bytes = (dense_layers + moe_layers) * m * (cp - 1) * kv_local * (3 + again)
+            kv = tokens_per_step * model.kv_width * model.act_bytes / tp
+            cp_bytes = (dense_layers + moe_layers) * (cp - 1) * kv * (3 + again)
         ep_bytes = 0.0
         if ep > 1 and moe_layers:
-            tokens = s_local * mbs / (tp if sp else 1)
-            ep_bytes = (moe_layers * m * 4 * (ep - 1) / ep * tokens * model.topk * model.hidden * model.act_bytes
+            tokens = tokens_per_step / (tp if sp else 1)
+            ep_bytes = (moe_layers * 4 * (ep - 1) / ep * tokens * model.topk * model.hidden * model.act_bytes
                         * (1 + 0.5 * again))
-        dense_local = model.dense_params / (tp * pp)
-        expert_local = model.expert_params / (ep * etp * pp)
         per = (model.grad_bytes + model.param_bytes) if do else 2 * model.grad_bytes
-        n_dense, n_expert = dp * cp, edp
-        dp_dense = (n_dense - 1) / n_dense * dense_local * per
-        dp_expert = (n_expert - 1) / n_expert * expert_local * per
+        n_dense = dp * cp
+        dp_dense = (n_dense - 1) / n_dense * model.dense_params / (tp * pp) * per
+        dp_expert = (edp - 1) / edp * model.expert_params / (ep * etp * pp) * per
 
         c = model.flops_per_gpu / a.achieved_flops
-        tp_s = tp_bytes / bandwidth(tp, 1)
-        cp_s = cp_bytes / bandwidth(cp, tp)
-        ep_s = ep_bytes / bandwidth(ep, etp)
-        dp_s = dp_dense / bandwidth(n_dense, tp) + dp_expert / bandwidth(n_expert, etp * ep)
-        bubble = (pp - 1) / (v * m)
+        dp_s = dp_dense / bandwidth(n_dense, tp) + dp_expert / bandwidth(edp, etp * ep)
         if rec.granularity == "full":
             r = model.layer_forward_share * again
         elif rec.granularity == "selective":
             r = model.core_attention_share
         else:
             r = 0.0
-        step = (1 + r + (tp_s + cp_s + ep_s) / c) * (1 + bubble) + dp_s / c
-        return ProxyBreakdown(step, bubble, r, tp_s / c, cp_s / c, ep_s / c, dp_s / c, c,
-                              int(tp_bytes), int(cp_bytes), int(ep_bytes), int(dp_dense + dp_expert))
+        terms = self._proxy[key] = (
+            r, tp_bytes / bandwidth(tp, 1) / c, cp_bytes / bandwidth(cp, tp) / c, ep_bytes / bandwidth(ep, etp) / c,
+            dp_s / c, c, (int(tp_bytes), int(cp_bytes), int(ep_bytes), int(dp_dense + dp_expert)))
+        return terms
 
 
 @dataclass(frozen=True)
@@ -1107,18 +1148,18 @@ class _ProxyModel:
     topk: int
     dense_layers: int
     moe_layers: int
-    dense_params: int              # one copy of the model's non-expert parameters
+    dense_params: int              # one copy of the non-expert parameters
     expert_params: int             # one copy of the expert parameters
-    flops_per_gpu: float           # model flops per GPU per step
-    layer_forward_share: float     # decoder layers' forward flops / step flops
-    core_attention_share: float    # core attention's forward flops / step flops
+    flops_per_gpu: float           # model flops per GPU and step
+    layer_forward_share: float     # the decoder layers' forward flops / step flops
+    core_attention_share: float    # the core attention's forward flops / step flops
     layer_forward: tuple[float, float]   # forward flops per token of a (dense, MoE) layer
 
 
-def _proxy_model(search: _Search, config) -> _ProxyModel:
+def _proxy_model(search: "_Search") -> _ProxyModel:
     from .memory.parameters import count, embedding_tensors, mtp_tensors
-    from .memory.states import DTYPE_BYTES
 
+    config = search.reference
     m = config.model
     pattern = search.layer_pattern()
     s = config.training.seq_length
@@ -1136,7 +1177,7 @@ def _proxy_model(search: _Search, config) -> _ProxyModel:
     forward: dict[bool, float] = {}
     dense_params = expert_params = 0
     for kind in sorted(set(pattern)):
-        dense, expert = search.layer_counts(1, 1, 1, kind)
+        dense, expert, _, _ = search.layer_counts(1, 1, 1, kind)
         active = dense + (expert * m.moe.router_topk / m.moe.num_experts if kind else 0)
         forward[kind] = 2 * active + core
         dense_params += pattern.count(kind) * dense
@@ -1166,6 +1207,369 @@ def _proxy_model(search: _Search, config) -> _ProxyModel:
 
 
 # -------------------------------------------------------------------------------------------
+# The search
+
+
+@dataclass
+class _Fit:
+    """A layout that fits, before it becomes a Candidate."""
+    step: float
+    device: int                 # the peak device bytes, or a lower bound within the padding (see assess)
+    memory: _LayoutMemory
+    micro_batch_size: int
+    num_microbatches: int
+    distributed_optimizer: bool
+    recompute: Recompute
+    sequence_parallel: bool
+    chosen_optimizer: bool      # --use-distributed-optimizer as chosen (derivation may change it)
+    exact: tuple[int, int, int] | None = None    # (device, allocated, rank) once computed
+
+    def sort_key(self) -> tuple:
+        lay = self.memory.layout
+        device = self.exact[0] if self.exact is not None else self.device
+        return (self.step, device, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, lay.pipeline.label,
+                self.micro_batch_size, self.recompute.label, self.sequence_parallel, self.chosen_optimizer)
+
+    def resolve(self) -> tuple[int, int, int]:
+        if self.exact is None:
+            self.exact = self.memory.exact_peak(self.distributed_optimizer, self.micro_batch_size,
+                                                self.num_microbatches, self.recompute, self.sequence_parallel)
+        return self.exact
+
+
+class _Search:
+    """One planning run: the model resolved once, then every layout, with shared caches."""
+
+    def __init__(self, inp: TrainingInput, world: int, gbs: int, budget: int, budget_source: str, overheads,
+                 environ, space: SearchSpace, proxy: ProxyAssumptions):
+        from .flags import flag_table
+        from .resolve import ENVIRONMENT_RULES, resolve_config
+        from .validation.rules import RULES
+        from .validation.schema import check_config_schema
+
+        self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
+        self.overheads, self.env, self.space, self.proxy_assumptions = overheads, environ, space, proxy
+        self.rules = tuple(RULES)
+        job_environment = bool(getattr(inp, "job_environment", False))
+        # resolve.resolve_config turns environment rules into notes unless the environment is the job's.
+        self.ignored_codes = frozenset() if job_environment else frozenset(ENVIRONMENT_RULES)
+        self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
+
+        # The model without a layout: the user's settings minus what the planner chooses (the
+        # recompute modules stay: selective layouts set their own, the others do not read them).
+        settings = {d: s for d, s in inp.raw.settings.items() if d not in PLANNED_DESTS or d == "recompute_modules"}
+        settings["global_batch_size"] = RawSetting("global_batch_size", gbs, "--global-batch-size")
+        settings["micro_batch_size"] = RawSetting("micro_batch_size", min(space.micro_batch_sizes), "--micro-batch-size")
+        self.raw = RawArgs(settings, inp.raw.source)
+        self.namespace = dict(flag_table().defaults())
+        self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
+        self.moe = bool(self.namespace.get("num_experts"))
+
+        # Validate the input once: the types and ranges of everything the user gave, then the
+        # model alone (one GPU, Megatron's default layout).
+        given = dict(self.namespace)
+        given.update({d: s.value for d, s in inp.raw.settings.items()})
+        problems = check_config_schema(given, inp.raw)
+        if problems:
+            raise InvalidInput(problems)
+        try:
+            self.reference = resolve_config(self.raw, world_size=1, world_size_source="plan", environ=environ,
+                                            compute_capability=self.compute_capability,
+                                            job_environment=job_environment)
+            self.base_problems: tuple[Problem, ...] = ()
+        except InvalidInput as err:
+            # Problems of the default layout may vanish with another one; those of the model do not.
+            if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
+                raise InvalidInput(err.problems) from None
+            self.reference = None
+            self.base_problems = tuple(err.problems)
+        self.user_pipeline = _user_pipeline_choice(inp.raw)
+        self._proxy_model: _ProxyModel | None = None
+        self.pattern: tuple[bool, ...] | None = None   # per decoder layer: MoE or not
+        self.workspaces = 0                             # cuBLAS + Transformer Engine workspaces
+
+        # caches shared by all layouts
+        self._vocab: dict[int, Any] = {}
+        self._families: dict[tuple, _Family] = {}
+        self._layer_counts: dict[tuple, tuple[int, int]] = {}
+        self._bounds: dict[tuple, int] = {}
+        self._states: dict[tuple, tuple[int, int]] = {}
+        self._activations: dict[tuple, _Activations] = {}
+        self._tensors: dict[tuple, list] = {}
+        self._inflight: dict[tuple, tuple[int, ...]] = {}
+        self._groupings: dict[tuple, tuple] = {}
+        self._rates: dict[tuple, _StateRates] = {}
+        self._interned: dict[tuple, int] = {}
+        self._recomputed: dict[tuple, float] = {}
+
+        self.searched = self.valid = 0
+        self.rejections: dict[str, int] = {}
+        self.fits: list[_Fit] = []
+
+    # -- the space -----------------------------------------------------------------------------
+
+    def families(self) -> Iterator[tuple[int, int, int, PipelineChoice]]:
+        """(tp, cp, pp, split) of every layout family."""
+        ns, world, space = self.namespace, self.world, self.space
+        num_layers = ns.get("num_layers") or 1
+        mtp = ns.get("mtp_num_layers") or 0
+        for tp in _divisors(world):
+            if tp > space.tensor_parallel_limit:
+                break
+            for cp in _divisors(world // tp):
+                if cp > space.max_context_parallel:
+                    break
+                for pp in _divisors(world // (tp * cp)):
+                    if pp > num_layers:
+                        break
+                    choices = pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages)
+                    user = self.user_pipeline
+                    if user is not None and user.pp == pp and user.settings not in [c.settings for c in choices]:
+                        choices.insert(0, user)
+                    for choice in choices:
+                        yield tp, cp, pp, choice
+
+    def expert_choices(self, tp: int) -> list[tuple[int, int]]:
+        """(ep, etp) pairs: every divisor of the number of experts, etp 1 or tp (dense: (1, tp))."""
+        experts = self.namespace.get("num_experts") or 0
+        if not experts:
+            return [(1, tp)]
+        return [(ep, etp) for ep in _divisors(experts) if ep <= self.world for etp in sorted({1, tp})]
+
+    def batch_choices(self) -> list[tuple[bool, int]]:
+        return [(do, mbs) for do in self.space.distributed_optimizer for mbs in self.space.micro_batch_sizes]
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _reject(self, code: str, count: int) -> None:
+        self.searched += count
+        self.rejections[code] = self.rejections.get(code, 0) + count
+
+    def run(self) -> None:
+        all_batches = self.batch_choices()
+        for tp, cp, pp, pipeline in self.families():
+            ns = dict(self.namespace)
+            ns.update(_family_settings(tp, cp, pp, pipeline))
+            batches, namespaces = _derive_batches(ns, all_batches, self.world, {
+                "world_size_source": "plan", "_compute_capability": self.compute_capability})
+            first = namespaces[0]
+            family = self.family(pp, pipeline, tp, first)
+            experts = self.expert_choices(tp)
+            recomputes = recompute_choices(family.max_chunk_layers, self.space.block_recompute_fractions)
+            sps = (False, True) if tp > 1 else (False,)
+            expert_over = [_expert_overlay(ep, etp) for ep, etp in experts]
+            rec_over = [[_recompute_overlay(rec, sp, first) for sp in sps] for rec in recomputes]
+
+            def view(choice, namespaces=namespaces, expert_over=expert_over, rec_over=rec_over) -> _Reads:
+                e, b, r, s = choice
+                return _Reads(namespaces[b], {**expert_over[e], **rec_over[r][s]})
+
+            sizes = (len(experts), len(batches), len(recomputes), len(sps))
+            verdicts = _Verdicts(self.rules, self.raw, self.env, sizes, view, self.ignored_codes)
+            if verdicts.failed is not None:
+                self._reject(verdicts.failed, math.prod(sizes))
+                continue
+            per_batch = len(recomputes) * len(sps)
+            inner = verdicts.levels[_RECOMPUTE] + verdicts.levels[_SP]
+            # The (recompute, sp) pairs the rules accept depend on the expert / batch choice only
+            # through the dimensions the inner tables read.
+            outer_dims = sorted({d for dims, _ in inner for d in dims if d in (_EXPERT, _BATCH)})
+            accepted: dict[tuple, tuple[list, dict]] = {}
+            choice = [0, 0, 0, 0]
+            fits, searched, valid = self.fits, 0, 0
+            for e, (ep, etp) in enumerate(experts):
+                choice[0] = e
+                code = verdicts.check(_EXPERT, choice)
+                if code is not None:
+                    self._reject(code, len(batches) * per_batch)
+                    continue
+                memory = _LayoutMemory(self, _Layout(tp, cp, pp, ep, etp, pipeline), family, first)
+                assess, step = memory.assess, memory.step
+                for b, (chosen, mbs) in enumerate(batches):
+                    choice[1] = b
+                    code = verdicts.check(_BATCH, choice)
+                    if code is not None:
+                        self._reject(code, per_batch)
+                        continue
+                    key = tuple(choice[d] for d in outer_dims)
+                    pairs = accepted.get(key)
+                    if pairs is None:
+                        pairs = accepted[key] = _accepted_pairs(verdicts, choice, recomputes, sps)
+                    ok, rejected = pairs
+                    for code, count in rejected.items():
+                        self._reject(code, count)
+                    searched += len(ok)
+                    valid += len(ok)
+                    derived = namespaces[b]
+                    do = bool(derived.get("use_distributed_optimizer"))
+                    if memory.states_exceed(do):
+                        continue
+                    m = derived["num_microbatches"]
+                    for r, rec, sp in ok:
+                        device = assess(do, mbs, m, r, rec, sp)
+                        if device is not None:
+                            fits.append(_Fit(step(m, rec, sp, do), device, memory, mbs, m, do, rec, sp, chosen))
+            self.searched += searched
+            self.valid += valid
+
+    # -- shared pieces -------------------------------------------------------------------------
+
+    def family(self, pp: int, pipeline: PipelineChoice, tp: int, derived: dict) -> _Family:
+        """The stages of this split (``layout.pipeline_stages``): they depend on pp, the split
+        and the model only."""
+        key = (pp, pipeline)
+        family = self._families.get(key)
+        if family is None:
+            from .config import build_config
+            from .layout import pipeline_stages
+
+            config = build_config(derived, self.vocabulary(tp), "plan", self.env)
+            if self.reference is None:
+                self.reference = config
+            if self.pattern is None:
+                self.pattern = self.layer_pattern()
+                self.workspaces = _workspaces(config, self.overheads, self.env)
+            family = self._families[key] = _Family(self, pipeline_stages(config), derived)
+        return family
+
+    def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk) -> tuple[tuple[int, int], tuple[int, tuple]]:
+        """memory/model.py ``_recompute_groups`` of a chunk under this recompute choice, counted
+        by layer kind: ((dense, MoE) layers kept whole, (number of groups, distinct (dense, MoE)
+        group counts))."""
+        key = (rec, chunk_id)
+        value = self._groupings.get(key)
+        if value is None:
+            cfg = replace(cfg, training=replace(cfg.training, recompute_granularity=rec.granularity,
+                                                recompute_method=rec.method, recompute_num_layers=rec.num_layers))
+            groups, whole = memory_model._recompute_groups(cfg, chunk.layers)
+            pattern = self.pattern
+
+            def kinds(layers) -> tuple[int, int]:
+                moe = sum(1 for i in layers if pattern[i])
+                return len(layers) - moe, moe
+
+            value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
+        return value
+
+    def intern(self, structure: tuple) -> int:
+        """A small int for a stage or chunk structure, the same for equal structures."""
+        return self._interned.setdefault(structure, len(self._interned))
+
+    def vocabulary(self, tp: int):
+        from .vocab import resolve_vocabulary
+
+        vocab = self._vocab.get(tp)
+        if vocab is None:
+            # The call resolve.resolve_config makes; the input's vocabulary was checked there.
+            ns = self.namespace
+            vocab = resolve_vocabulary(
+                vocab_size=ns.get("vocab_size"), padded_vocab_size=ns.get("padded_vocab_size"),
+                tokenizer_type=ns.get("tokenizer_type") or "GPT2BPETokenizer", vocab_file=ns.get("vocab_file"),
+                tokenizer_model=ns.get("tokenizer_model"),
+                make_vocab_size_divisible_by=ns.get("make_vocab_size_divisible_by") or 128,
+                tp=tp, pad=bool(ns.get("pad_vocab_size", True)))
+            if vocab is None:
+                raise InvalidInput([Problem("unknown-vocab-size", self.raw.location("vocab_size"),
+                                            "cannot tell the vocabulary size; pass --vocab-size")])
+            self._vocab[tp] = vocab
+        return vocab
+
+    def layer_pattern(self) -> tuple[bool, ...]:
+        """Per decoder layer: True where it is a MoE layer."""
+        ns = self.namespace
+        if self.reference is not None:
+            model = self.reference.model
+            return model.moe.layer_pattern if model.moe is not None else (False,) * model.num_layers
+        from .config import expand_moe_layer_freq
+
+        if not ns.get("num_experts"):
+            return (False,) * ns["num_layers"]
+        return expand_moe_layer_freq(ns.get("moe_layer_freq", 1), ns["num_layers"])
+
+    def layer_counts(self, tp: int, ep: int, etp: int, moe_layer: bool) -> tuple[int, int, int, int]:
+        """(dense elements, expert elements, dense tensors, expert tensors) one GPU holds of a
+        decoder layer of this kind (memory/parameters.py ``layer_tensors``)."""
+        key = (tp, ep, etp, moe_layer)
+        counts = self._layer_counts.get(key)
+        if counts is None:
+            from .memory.parameters import layer_tensors
+
+            index = self.layer_pattern().index(moe_layer)
+            config = replace(self.reference, parallel=ParallelDims(self.world, tp, 1, 1, ep, etp))
+            counts = self._layer_counts[key] = _census(layer_tensors(config, index, ""))
+        return counts
+
+    def state_rates(self, dims: ParallelDims, do: bool) -> "_StateRates":
+        """Model-state bytes per dense and per expert element, lowest and highest over the
+        tensor kinds, for these shard sizes: memory/states.py ``model_states`` of one probe
+        tensor whose size leaves no padding (a multiple of 64 and of lcm(shard, 128))."""
+        key = (dims.dp * dims.cp, dims.edp, dims.pp > 1, do)
+        rates = self._rates.get(key)
+        if rates is None:
+            ref = self.reference
+            config = replace(ref, parallel=dims, precision=replace(ref.precision, use_distributed_optimizer=do))
+            found = []
+            for expert, shard in ((False, dims.dp * dims.cp), (True, dims.edp)):
+                size = 64 * math.lcm(shard, 128) * 4096
+                per_kind = []
+                for kind in ("linear", "norm", "bias", "embedding", "router"):
+                    st = model_states(config, [[ParamTensor("probe", size, expert, kind)]])
+                    total = st.weights + st.gradients + st.optimizer_states
+                    per_kind.append((total / size, (total + 8) / size))   # the probe's own truncation
+                found.append((min(low for low, _ in per_kind), max(high for _, high in per_kind)))
+            rates = self._rates[key] = _StateRates(found[0][0], found[0][1], found[1][0], found[1][1])
+        return rates
+
+    def tensors(self, config, layout: _Layout, chunk_id: int, chunk) -> list:
+        """memory/parameters.py ``chunk_tensors``: it depends on tp, ep, etp and the chunk's structure."""
+        key = (layout.tp, layout.ep, layout.etp, chunk_id, chunk.embedding, chunk.output_weight)
+        tensors = self._tensors.get(key)
+        if tensors is None:
+            from .memory.parameters import chunk_tensors
+
+            tensors = self._tensors[key] = chunk_tensors(config, chunk)
+        return tensors
+
+    def chunk_census(self, tp: int, ep: int, etp: int, chunk_id: int, chunk) -> tuple[int, int, int, int]:
+        """(dense elements, expert elements, dense tensors, expert tensors) of a model chunk on
+        one GPU: its decoder layers, embedding, output layer and MTP layers (the final norm is
+        left out: the callers bound it)."""
+        key = ("chunk", tp, ep, etp, chunk_id, chunk.embedding, chunk.output_weight)
+        cached = self._layer_counts.get(key)
+        if cached is not None:
+            return cached
+        dense = expert = n_dense = n_expert = 0
+        for i in chunk.layers:
+            d, e, nd, ne = self.layer_counts(tp, ep, etp, self.pattern[i])
+            dense, expert, n_dense, n_expert = dense + d, expert + e, n_dense + nd, n_expert + ne
+        if chunk.embedding or chunk.output_weight or chunk.mtp_layers:
+            edges_key = ("edges", tp, ep, etp)
+            edges = self._layer_counts.get(edges_key)
+            if edges is None:
+                from .memory.parameters import embedding_tensors, mtp_tensors
+
+                model = replace(self.reference.model, padded_vocab_size=self.vocabulary(tp).padded_size)
+                config = replace(self.reference, parallel=ParallelDims(self.world, tp, 1, 1, ep, etp), model=model)
+                mtp = _census(mtp_tensors(config, 0)) if model.mtp_num_layers else (0, 0, 0, 0)
+                output = (model.padded_vocab_size // tp * model.hidden_size, 0, 1, 0)
+                edges = self._layer_counts[edges_key] = (_census(embedding_tensors(config)), output, mtp)
+            for part, times in zip(edges, (chunk.embedding, chunk.output_weight, chunk.mtp_layers)):
+                if times:
+                    dense += part[0] * times
+                    expert += part[1] * times
+                    n_dense += part[2] * times
+                    n_expert += part[3] * times
+        result = self._layer_counts[key] = (dense, expert, n_dense, n_expert)
+        return result
+
+    @property
+    def proxy_model(self) -> _ProxyModel:
+        if self._proxy_model is None:
+            self._proxy_model = _proxy_model(self)
+        return self._proxy_model
+
+
+# -------------------------------------------------------------------------------------------
 # Flags
 
 
@@ -1186,36 +1590,32 @@ def _input_value(raw: RawArgs, dest: str) -> Any:
     return raw.value(dest) if raw.given(dest) else flag_table().default(dest)
 
 
-def _normalized(dest: str, value: Any, settings: Mapping[str, Any]) -> Any:
-    if dest == "expert_tensor_parallel_size" and value is None:
-        return settings.get("tensor_model_parallel_size") or 1
-    if dest == "recompute_modules" and isinstance(value, (list, tuple)):
-        return tuple(value)
-    if value is False:
-        return None
-    return value
+def _unset(value: Any) -> bool:
+    return value is None or value is False
 
 
 def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(flags to add, flags to remove) that turn the input ``raw`` into this layout."""
+    """(flags to add, flags to remove) that turn the input ``raw`` into this layout: only the
+    planned settings whose value differs from what the input gives (a flag or Megatron's
+    default).  A setting the layout leaves unset is removed where the input sets it: no flag
+    unsets it.  ``--expert-tensor-parallel-size`` unset means tp, so it is compared as given."""
     from .flags import flag_table
 
     table = flag_table()
-    given = {d: _input_value(raw, d) for d in PLANNED_DESTS}
-    given_tp = {"tensor_model_parallel_size": given["tensor_model_parallel_size"]}
     add: list[str] = []
     remove: list[str] = []
     for dest in PLANNED_DESTS:
         value = settings.get(dest)
         if dest == "recompute_modules" and settings.get("recompute_granularity") != "selective":
-            continue           # only selective recompute reads the module list
-        before = _normalized(dest, given[dest], given_tp)
-        after = _normalized(dest, value, settings)
-        if before == after:
-            continue
-        if after is None:
-            if raw.given(dest):
+            continue              # only selective recompute reads the module list
+        before = _input_value(raw, dest)
+        if _unset(value):
+            if raw.given(dest) and not _unset(raw.value(dest)):
                 remove.append(table.by_dest(dest).flag)
+            continue
+        if isinstance(before, list):
+            before = tuple(before)
+        if (tuple(value) if isinstance(value, list) else value) == before:
             continue
         add += _flag_tokens(dest, value)
     return tuple(add), tuple(remove)
@@ -1223,49 +1623,36 @@ def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[st
 
 def candidate_raw(raw: RawArgs, candidate: Candidate) -> RawArgs:
     """The input's settings with this candidate's layout: what ``api.evaluate`` re-estimates."""
-    settings = {d: s for d, s in raw.settings.items() if d not in PLANNED_DESTS}
-    for dest, value in candidate.settings:
-        if value is None or value is False:
-            continue
-        settings[dest] = RawSetting(dest, value, f"plan {_flag_tokens(dest, value)[0]}")
-    return RawArgs(settings, raw.source)
+    return layout_raw(raw, dict(candidate.settings))
 
 
 def candidate_argv(argv: Sequence[str], candidate: Candidate) -> list[str]:
     """Megatron flags ``argv`` edited to select this candidate: the flags it removes or sets are
-    taken out (with their values), then ``candidate.flags`` are appended."""
+    taken out with their values, then ``candidate.flags`` are appended."""
     from .flags import flag_table
 
     table = flag_table()
     touched = {table.by_option(f).dest for f in candidate.remove_flags}
-    i = 0
-    while i < len(candidate.flags):
-        spec = table.by_option(candidate.flags[i])
-        if spec is not None:
-            touched.add(spec.dest)
-        i += 1
+    touched.update(spec.dest for spec in map(table.by_option, candidate.flags) if spec is not None)
     out: list[str] = []
     tokens = list(argv)
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        option = token.split("=", 1)[0] if token.startswith("--") else None
-        spec = table.by_option(option) if option else None
+        spec = table.by_option(token.split("=", 1)[0]) if token.startswith("--") else None
+        i += 1
         if spec is None or spec.dest not in touched:
             out.append(token)
-            i += 1
             continue
-        i += 1
         if "=" in token or not spec.takes_value:
             continue
-        if spec.nargs in ("+", "*"):
+        if spec.nargs in ("+", "*", "?"):
             while i < len(tokens) and not tokens[i].startswith("--"):
                 i += 1
-        elif spec.nargs == "?":
-            if i < len(tokens) and not tokens[i].startswith("--"):
-                i += 1
+                if spec.nargs == "?":
+                    break
         else:
-            i += int(spec.nargs) if isinstance(spec.nargs, int) else 1
+            i += spec.nargs if isinstance(spec.nargs, int) else 1
     return out + list(candidate.flags)
 
 
@@ -1273,14 +1660,17 @@ def candidate_argv(argv: Sequence[str], candidate: Candidate) -> list[str]:
 # The entry point
 
 
-def plan(model: Any, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
-         gpu: str | None = None, extra_flags: Sequence[str] = (), top: int | None = 10,
+def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
+         budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
+         preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
          space: SearchSpace | None = None, proxy: ProxyAssumptions | None = None, overheads=None,
-         environ: Mapping[str, str] | None = None) -> Plan:
-    """Every layout of ``model`` on ``world_size`` GPUs that Megatron accepts and that fits the
-    budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``), ranked by the
-    throughput proxy; the best ``top`` (all with None) are returned as candidates, each
-    re-estimated through ``api.evaluate``.  Raises InvalidInput with every problem of the input."""
+         environ: Mapping[str, str] | None = None, verify: bool = True) -> Plan:
+    """Every layout of the model (``plan_input``) on ``world_size`` GPUs that Megatron accepts
+    and that fits the budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``),
+    ranked by the throughput proxy.  The best ``top`` (all with None) become candidates; with
+    ``verify`` each is re-estimated through ``api.evaluate`` (its ``estimate``), and its figures
+    must agree.  Raises InvalidInput with every problem of the input; a plan where nothing
+    fits has ``fitting == 0``."""
     from .gpus import lookup_gpu, parse_bytes
     from .memory.overhead import Overheads
 
@@ -1297,42 +1687,44 @@ def plan(model: Any, *, world_size: int, global_batch_size: int, budget: int | s
             gpu_spec = lookup_gpu(gpu)
         except InvalidInput as err:
             problems += err.problems
-    budget_bytes, budget_source = None, None
+    budget_bytes = None
     if budget is not None:
         if isinstance(budget, int) and not isinstance(budget, bool):
-            budget_bytes, budget_source = budget, f"{budget} bytes"
+            budget_bytes, budget_source = budget, budget_source or f"{budget} bytes"
         else:
             try:
-                budget_bytes, budget_source = parse_bytes(str(budget), location="budget"), f"budget {budget}"
+                budget_bytes = parse_bytes(str(budget), location="budget")
+                budget_source = budget_source or f"budget {budget}"
             except InvalidInput as err:
                 problems += err.problems
     elif gpu_spec is not None:
-        budget_bytes, budget_source = gpu_spec.total_memory_bytes, f"{gpu_spec.name} capacity"
+        budget_bytes, budget_source = gpu_spec.total_memory_bytes, budget_source or f"{gpu_spec.name} capacity"
     elif gpu is None:
         problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
     if budget_bytes is not None and budget_bytes <= 0:
         problems.append(Problem("out-of-range", "--budget", f"budget {budget_bytes} bytes must be positive"))
-    inp, input_problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
+                                     environ=environ)
     problems += input_problems
     if problems:
         raise InvalidInput(problems)
     if overheads is None:
-        overheads = Overheads(compute_capability=gpu_spec.compute_capability_value if gpu_spec else 9.0)
+        overheads = Overheads(compute_capability=gpu_spec.compute_capability_value if gpu_spec else 9.0,
+                              gpu_known=gpu_spec is not None)
     env = dict(os.environ if environ is None else environ)
     env.update(inp.environment)
     space = space or SearchSpace()
     proxy = proxy or ProxyAssumptions()
 
-    search = _Search(inp, world_size, global_batch_size, budget_bytes, overheads, env, space, proxy)
+    search = _Search(inp, world_size, global_batch_size, budget_bytes, budget_source, overheads, env, space, proxy)
     search.run()
     if search.valid == 0:
         raise InvalidInput(_no_valid_layout(search))
-    search.fits.sort(key=_Fit.sort_key)
-    chosen = search.fits if top is None else search.fits[:top]
-    candidates = tuple(_candidate(search, fit, environ) for fit in chosen)
-    notes = []
+    chosen = _best(search.fits, top)
+    candidates = tuple(_candidate(search, fit, verify) for fit in chosen)
+    notes = list(inp.notes)
     if search.base_problems:
-        notes.append("the input fails validation with Megatron's default layout: "
+        notes.append("with Megatron's default layout the input fails validation: "
                      + "; ".join(f"{p.location}: {p.message}" for p in search.base_problems))
     return Plan(
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
@@ -1344,52 +1736,109 @@ def plan(model: Any, *, world_size: int, global_batch_size: int, budget: int | s
     )
 
 
+def _best(fits: list[_Fit], top: int | None) -> list[_Fit]:
+    """The ``top`` best layouts by (proxy step, device peak).  The device peaks of the layouts
+    tied with the last of them on the proxy are made exact first, so the order is the one
+    exact peaks give."""
+    fits.sort(key=_Fit.sort_key)
+    if top is None or top >= len(fits):
+        window = fits
+    else:
+        boundary = fits[top - 1].step
+        window = [fit for fit in fits if fit.step <= boundary]
+    for fit in window:
+        fit.resolve()
+    window.sort(key=_Fit.sort_key)
+    return window if top is None else window[:top]
+
+
+def search_space(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
+                 space: SearchSpace | None = None, environ: Mapping[str, str] | None = None
+                 ) -> Iterator[dict[str, Any]]:
+    """Every layout ``plan`` searches, as the planned settings (dest -> value) of each: what a
+    brute-force check runs through ``api.evaluate`` (``layout_raw`` applies one to the input)."""
+    from .memory.overhead import Overheads
+
+    inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    if problems:
+        raise InvalidInput(problems)
+    env = dict(os.environ if environ is None else environ)
+    env.update(inp.environment)
+    space = space or SearchSpace()
+    search = _Search(inp, world_size, global_batch_size, 1, "", Overheads(), env, space, ProxyAssumptions())
+    for tp, cp, pp, pipeline in search.families():
+        ns = dict(search.namespace)
+        ns.update(_family_settings(tp, cp, pp, pipeline))
+        batches, namespaces = _derive_batches(ns, search.batch_choices(), world_size, {})
+        family = search.family(pp, pipeline, tp, namespaces[0])
+        for ep, etp in search.expert_choices(tp):
+            for do, mbs in batches:
+                for rec in recompute_choices(family.max_chunk_layers, space.block_recompute_fractions):
+                    for sp in ((False, True) if tp > 1 else (False,)):
+                        settings = _family_settings(tp, cp, pp, pipeline)
+                        settings.update({"expert_model_parallel_size": ep,
+                                         "expert_tensor_parallel_size": etp if search.moe and etp != tp else None,
+                                         "micro_batch_size": mbs, "global_batch_size": global_batch_size,
+                                         "use_distributed_optimizer": do, "sequence_parallel": sp})
+                        settings.update(rec.settings())
+                        yield {d: settings.get(d) for d in PLANNED_DESTS}
+
+
+def layout_raw(raw: RawArgs, settings: Mapping[str, Any]) -> RawArgs:
+    """The input's settings with these planned settings instead of its own."""
+    out = {d: s for d, s in raw.settings.items() if d not in PLANNED_DESTS}
+    for dest, value in settings.items():
+        if value is None or value is False:
+            continue
+        if dest == "recompute_modules" and settings.get("recompute_granularity") != "selective" and raw.given(dest):
+            out[dest] = raw.settings[dest]
+            continue
+        out[dest] = RawSetting(dest, value, _flag_tokens(dest, value)[0])
+    return RawArgs(out, raw.source)
+
+
 def _no_valid_layout(search: _Search) -> list[Problem]:
     if search.base_problems:
         return list(search.base_problems)
     reasons = ", ".join(f"{code} ({n})" for code, n in sorted(search.rejections.items(), key=lambda kv: -kv[1])[:5])
     return [Problem("no-valid-layout", "--world-size",
                     f"none of the {search.searched} layouts searched on {search.world} GPUs passes Megatron's "
-                    f"checks" + (f"; rejected by: {reasons}" if reasons else ""))]
+                    "checks" + (f"; rejected by: {reasons}" if reasons else ""))]
 
 
-def _candidate(search: _Search, fit: _Fit, environ) -> Candidate:
-    """The Candidate of a fitting layout, its figures from ``api.evaluate`` on its settings."""
-    from .derive import derive_namespace
-
-    layout = fit.layout
-    settings = layout.settings(search.moe)
-    settings.update({"micro_batch_size": fit.micro_batch_size, "global_batch_size": search.gbs,
-                     "use_distributed_optimizer": fit.distributed_optimizer,
-                     "sequence_parallel": fit.sequence_parallel,
-                     "recompute_activations": False, "distribute_saved_activations": False})
+def _candidate(search: _Search, fit: _Fit, verify: bool = True) -> Candidate:
+    """The Candidate of a fitting layout; with ``verify`` its figures must match ``api.evaluate``
+    on its settings."""
+    layout = fit.memory.layout
+    device, allocated, rank = fit.resolve()
+    settings: dict[str, Any] = _family_settings(layout.tp, layout.cp, layout.pp, layout.pipeline)
+    settings.update({"expert_model_parallel_size": layout.ep,
+                     "expert_tensor_parallel_size": layout.etp if search.moe and layout.etp != layout.tp else None,
+                     "micro_batch_size": fit.micro_batch_size, "global_batch_size": search.gbs,
+                     "use_distributed_optimizer": fit.chosen_optimizer,
+                     "sequence_parallel": fit.sequence_parallel})
     settings.update(fit.recompute.settings())
-    if fit.recompute.granularity != "selective":
-        settings["recompute_modules"] = None
-    ns = dict(search.namespace)
-    ns.update(settings)
-    derived, _ = derive_namespace(ns, search.world)
-    memory = _LayoutMemory(search, layout, derived, search.stage_layout(layout, derived))
-    proxy = memory.proxy(fit.micro_batch_size, fit.num_microbatches, fit.recompute, fit.sequence_parallel,
-                         fit.distributed_optimizer)
+    proxy = fit.memory.proxy(fit.micro_batch_size, fit.num_microbatches, fit.recompute, fit.sequence_parallel,
+                             fit.distributed_optimizer)
     flags, remove = candidate_flags(search.inp.raw, settings)
     candidate = Candidate(
-        parallel=memory.dims, pipeline=layout.pipeline, micro_batch_size=fit.micro_batch_size,
+        parallel=fit.memory.dims, pipeline=layout.pipeline, micro_batch_size=fit.micro_batch_size,
         num_microbatches=fit.num_microbatches, sequence_parallel=fit.sequence_parallel, recompute=fit.recompute,
-        distributed_optimizer=fit.distributed_optimizer, peak_stage=fit.peak_rank, device_peak_bytes=fit.device,
-        allocated_peak_bytes=fit.allocated, headroom_bytes=search.budget - fit.device, proxy=proxy,
+        distributed_optimizer=fit.chosen_optimizer, peak_stage=rank, device_peak_bytes=device,
+        allocated_peak_bytes=allocated, headroom_bytes=search.budget - device, proxy=proxy,
         settings=tuple((d, settings.get(d)) for d in PLANNED_DESTS), flags=flags, remove_flags=remove)
-    # The reported figures are the estimator's, through its normal path.
+    if not verify:
+        return candidate
     raw = candidate_raw(search.inp.raw, candidate)
-    verdict = evaluate(TrainingInput(raw, source=search.inp.source, environment=search.inp.environment),
-                       world_size=search.world, world_size_source="--world-size", budget=search.budget,
-                       budget_source="plan", overheads=search.overheads, environ=search.env)
+    verdict = evaluate(replace(search.inp, raw=raw), world_size=search.world, world_size_source="--world-size",
+                       budget=search.budget, budget_source=search.budget_source,
+                       overheads=search.overheads, environ=search.env)
     if verdict.estimate is None:
         raise RuntimeError(f"planner: layout {' '.join(flags)} passed the rules but the estimator rejects it: "
                            + "; ".join(f"{p.location}: {p.message}" for p in verdict.problems))
     peak = verdict.estimate.peak_stage
-    if (peak.device_peak_bytes, peak.allocated_peak_bytes, peak.pipeline_rank) != (fit.device, fit.allocated, fit.peak_rank):
-        raise RuntimeError(f"planner: the fast estimate of {' '.join(flags)} ({fit.device} bytes on stage "
-                           f"{fit.peak_rank}) differs from the estimator's ({peak.device_peak_bytes} bytes on "
-                           f"stage {peak.pipeline_rank})")
+    if (peak.device_peak_bytes, peak.allocated_peak_bytes, peak.pipeline_rank) != (device, allocated, rank):
+        raise RuntimeError(f"planner: the fast estimate of {' '.join(flags) or 'the input layout'} ({device} "
+                           f"bytes on stage {rank}) differs from the estimator's "
+                           f"({peak.device_peak_bytes} bytes on stage {peak.pipeline_rank})")
     return replace(candidate, estimate=verdict.estimate)
