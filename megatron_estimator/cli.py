@@ -384,6 +384,9 @@ COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan"
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # answered before building the parser: scripts call it to probe
+        sys.stdout.write(f"megatron-estimator {__version__}\n")
+        return EXIT_FITS
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:

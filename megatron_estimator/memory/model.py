@@ -21,7 +21,7 @@ from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_s
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
 from .overhead import Overheads, communicators, cublas_workspace_bytes, te_workspace_bytes
-from .parameters import chunk_tensors, count
+from .parameters import ParamTensor, chunk_tensors, count
 from .states import model_states
 
 MiB = 1 << 20
@@ -141,9 +141,12 @@ def _global_buffers(config: EstimatorConfig) -> int:
 
 
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
-                   environ: Mapping[str, str], budget: int | None) -> StageEstimate:
+                   environ: Mapping[str, str], budget: int | None,
+                   tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
+    """One stage's estimate; ``tensors`` (one list per model chunk) when already built."""
     p = config.parallel
-    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    if tensors is None:
+        tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
     params = sum(count(t).total for t in tensors)
     states = model_states(config, tensors)
 
@@ -227,13 +230,15 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     )
 
 
-def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
+def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
+                     stage_tensors: list[list[list[ParamTensor]]] | None = None) -> int:
     """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
     output-layer copy on the last stage not counted twice)."""
+    if stage_tensors is None:
+        stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
     total = 0
-    for stage in stages:
-        for chunk in stage.chunks:
-            tensors = chunk_tensors(config, chunk)
+    for stage, chunks_tensors in zip(stages, stage_tensors):
+        for chunk, tensors in zip(stage.chunks, chunks_tensors):
             for t in tensors:
                 if t.name == "output_layer.weight" and not config.model.untie_embeddings_and_output_weights:
                     continue
@@ -271,7 +276,9 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
 
     environ = os.environ if environ is None else environ
     stages = pipeline_stages(config)
-    results = tuple(estimate_stage(config, stage, overheads, environ, budget) for stage in stages)
+    stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+    results = tuple(estimate_stage(config, stage, overheads, environ, budget, tensors)
+                    for stage, tensors in zip(stages, stage_tensors))
     return Estimate(
         world_size=config.parallel.world_size,
         world_size_source=config.world_size_source,
@@ -281,7 +288,7 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
         budget_bytes=budget,
         budget_source=budget_source,
         model_summary=model_summary(config),
-        total_parameters=total_parameters(config, stages),
+        total_parameters=total_parameters(config, stages, stage_tensors),
     )
 
 

@@ -43,18 +43,6 @@ class ParamTensor:
     kind: str = "linear"    # linear (a GEMM weight TE can run in fp8) | bias | norm | embedding | router
 
 
-def _kind(name: str) -> str:
-    if name.endswith(".bias"):
-        return "bias"
-    if "norm" in name.rsplit(".", 2)[-2]:
-        return "norm"
-    if name.startswith("embedding.") or name.startswith("output_layer."):
-        return "embedding"
-    if ".router." in name or name.endswith("gate_weight"):
-        return "router"
-    return "linear"
-
-
 def _norm(name: str, size: int, normalization: str) -> list[ParamTensor]:
     tensors = [ParamTensor(name + ".weight", size, kind="norm")]
     if normalization == "LayerNorm":
@@ -64,8 +52,9 @@ def _norm(name: str, size: int, normalization: str) -> list[ParamTensor]:
 
 def _linear(name: str, in_features: int, out_features: int, bias: bool,
             bias_size: int | None = None, expert: bool = False) -> list[ParamTensor]:
-    weight = name + ".weight"
-    tensors = [ParamTensor(weight, in_features * out_features, expert, _kind(weight))]
+    # Only GEMM weights (linear) run in fp8; the router's weight is a plain fp32-created matmul.
+    kind = "router" if name.endswith(".router") else "linear"
+    tensors = [ParamTensor(name + ".weight", in_features * out_features, expert, kind)]
     if bias:
         tensors.append(ParamTensor(name + ".bias", out_features if bias_size is None else bias_size, expert, "bias"))
     return tensors
