@@ -59,6 +59,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
                       help="MoE: extra share of tokens a hot expert rank receives (default 0)")
 
 
+def _model_source(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("model architecture (flags after '--' add to it or override it)")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--hf-config", metavar="PATH",
+                        help="a local HuggingFace config.json (or a directory holding one)")
+    source.add_argument("--model", metavar="PRESET",
+                        help="a named model: " + ", ".join(_preset_names()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="megatron-estimator", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
@@ -69,12 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Estimate per-stage GPU memory for Megatron flags given after '--'.",
                        allow_abbrev=False)
     _common(p)
-    model = p.add_argument_group("model architecture (flags after '--' add to it or override it)")
-    source = model.add_mutually_exclusive_group()
-    source.add_argument("--hf-config", metavar="PATH",
-                        help="a local HuggingFace config.json (or a directory holding one)")
-    source.add_argument("--model", metavar="PRESET",
-                        help="a named model: " + ", ".join(_preset_names()))
+    _model_source(p)
     p.add_argument("megatron_args", nargs=argparse.REMAINDER, metavar="-- MEGATRON_FLAGS")
 
     p = sub.add_parser("run", help="check a launch command, then run it unchanged if it fits",
@@ -119,12 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--gpus-per-node", type=int, metavar="N",
                         help="GPUs per node: the largest tensor parallel size, and which groups use the "
                              "fast links (default 8)")
-    model = p.add_argument_group("model architecture (flags after '--' add to it or override it)")
-    source = model.add_mutually_exclusive_group()
-    source.add_argument("--hf-config", metavar="PATH",
-                        help="a local HuggingFace config.json (or a directory holding one)")
-    source.add_argument("--model", metavar="PRESET",
-                        help="a named model: " + ", ".join(_preset_names()))
+    _model_source(p)
     p.add_argument("inputs", nargs=argparse.REMAINDER, metavar="[FILE] [-- MEGATRON_FLAGS]")
     return parser
 
