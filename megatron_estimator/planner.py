@@ -714,14 +714,8 @@ class _Activations:
         self.embedding = act.embedding_activations(cfg)
         self.loss_kept = act.loss_activations(cfg)[0]
         self._mtp: int | None = None
-        ns = cfg.namespace
-        self.offloading = bool(ns.get("fine_grained_activation_offloading"))
-        self.overlapped = bool(ns.get("overlap_moe_expert_parallel_comm"))
         self.batch = memory_model._batch_bytes(cfg)
         self.buffers = memory_model._global_buffers(cfg)
-        self.loss_transient = memory_model._loss_transient(cfg, search.overheads.compute_capability)
-        # memory/model.py _layer_backward_working_set: the same for every stage that has layers.
-        self.backward = memory_model._layer_backward_working_set(cfg, (0,))
         self._kinds: tuple[int, int] | None = None
 
     def layer(self, index: int) -> int:
@@ -741,6 +735,9 @@ class _Activations:
             whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
             dense, moe = self.kind_bytes()
             kept = whole[0] * dense + whole[1] * moe + groups[0] * self.layer_input
+            # --cpu-offloading-num-layers: the chunk's first layers live on the host (validation
+            # excludes recompute with it, so they are all whole layers).
+            kept -= sum(self.layer(i) for i in chunk.layers[:self.cfg.training.cpu_offloading_num_layers])
             recompute_peak = max((d * dense + m * moe for d, m in groups[1]), default=0)
             if chunk.pre_process:
                 kept += self.embedding
@@ -771,15 +768,8 @@ class _Activations:
         if value is None:
             cache = self._chunks
             per_chunk = [cache.get((cid, rec)) or self.chunk(cid, chunk, rec) for cid, chunk in zip(chunk_ids, stage.chunks)]
-            has_layers, layers = group[4], group[6]
-            backward = self.backward if has_layers else 0
-            transient = max(backward, max(r for _, r in per_chunk))
-            if self.offloading and has_layers:
-                transient = max(transient, backward + max(act.offloaded_bytes(self.cfg, i) for i in layers))
-            if self.overlapped and has_layers:
-                transient = max(transient, backward + max(self.layer(i) for i in layers))
-            if group[3]:
-                transient = max(transient, self.loss_transient)
+            transient = max(memory_model.stage_transients(
+                self.cfg, stage, per_chunk, self.search.overheads.compute_capability).values())
             other = transient + self.search.workspaces + self.buffers
             if group[5]:
                 other += self.batch

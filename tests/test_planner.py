@@ -80,7 +80,8 @@ def brute_force(text: str, world: int, gbs: int, budget: int, space=None):
     (TINY_GPT + " --optimizer muon --defer-embedding-wgrad-compute", 4, 16, int(1.6 * GiB), SMALL_SPACE),
     (TINY_MOE + " --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type alltoall "
                 "--fine-grained-activation-offloading --offload-modules core_attn expert_fc1", 4, 16, 2 * GiB, SMALL_SPACE),
-], ids=["gpt", "moe-mla-mtp", "moe-buckets", "fsdp", "muon-deferred-wgrad", "moe-overlap-offload"])
+    (TINY_GPT + " --cpu-offloading-num-layers 1", 4, 16, int(1.6 * GiB), SMALL_SPACE),
+], ids=["gpt", "moe-mla-mtp", "moe-buckets", "fsdp", "muon-deferred-wgrad", "moe-overlap-offload", "cpu-offload"])
 def test_every_layout_agrees_with_the_estimator(text, world, gbs, budget, space):
     searched, valid, codes, fits = brute_force(text, world, gbs, budget, space)
     plan = planner.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=None,

@@ -140,6 +140,32 @@ def _global_buffers(config: EstimatorConfig) -> int:
     return d.act * d.b * (config.model.num_attention_heads // d.t) * d.s * d.s
 
 
+def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: list[tuple[int, int]],
+                     compute_capability: float) -> dict[str, int]:
+    """What may be alive on top of the stage's saved activations at its fullest moment, by
+    moment; the peak takes the largest.  ``per_chunk``: ``chunk_activation_bytes`` of each
+    model chunk.  (The planner calls this too, so both estimate the same thing.)"""
+    transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
+    if config.training.cpu_offloading_num_layers and stage.layers:
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
+    if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
+        # The layer running now has not been offloaded yet (and one is being reloaded).
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.offloaded_bytes(config, i) for i in stage.layers)
+    if config.namespace.get("overlap_moe_expert_parallel_comm") and stage.layers:
+        # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
+        # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
+        transients["overlapped forward"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
+    recompute = max((r for _, r in per_chunk), default=0)
+    if recompute:
+        transients["recompute"] = recompute
+    if stage.post_process:
+        transients["loss"] = _loss_transient(config, compute_capability)
+    return transients
+
+
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
                    environ: Mapping[str, str], budget: int | None,
                    tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
@@ -159,24 +185,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     deferred = _deferred_wgrad_bytes(config) if stage.post_process else 0
     activations += deferred
 
-    transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
-    if config.training.cpu_offloading_num_layers and stage.layers:
-        transients["offload in flight"] = transients["layer backward"] + max(
-            act.layer_activations(config, i).total for i in stage.layers)
-    if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
-        # The layer running now has not been offloaded yet (and one is being reloaded).
-        transients["offload in flight"] = transients["layer backward"] + max(
-            act.offloaded_bytes(config, i) for i in stage.layers)
-    if config.namespace.get("overlap_moe_expert_parallel_comm") and stage.layers:
-        # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
-        # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
-        transients["overlapped forward"] = transients["layer backward"] + max(
-            act.layer_activations(config, i).total for i in stage.layers)
-    recompute = max((r for _, r in per_chunk), default=0)
-    if recompute:
-        transients["recompute"] = recompute
-    if stage.post_process:
-        transients["loss"] = _loss_transient(config, overheads.compute_capability)
+    transients = stage_transients(config, stage, per_chunk, overheads.compute_capability)
     moment = max(transients, key=transients.get)
     transient = transients[moment]
 
