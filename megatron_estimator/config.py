@@ -151,6 +151,17 @@ class EstimatorConfig:
     namespace: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
+    def __hash__(self) -> int:
+        # The memory model caches per configuration; hashing the nested dataclasses (the MoE
+        # layer pattern, ...) on every lookup would cost more than the arithmetic, so the hash
+        # of this immutable object is computed once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
+                           self.kernels, self.world_size_source, self.notes))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
 
 def expand_moe_layer_freq(freq: Any, num_layers: int) -> tuple[bool, ...]:
     """``--moe-layer-freq``: an int k makes every k-th layer MoE (layer i when i % k == 0);
