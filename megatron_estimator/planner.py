@@ -1446,18 +1446,12 @@ class _Search:
         return self._interned.setdefault(structure, len(self._interned))
 
     def vocabulary(self, tp: int):
-        from .vocab import resolve_vocabulary
+        from .vocab import vocabulary_of
 
         vocab = self._vocab.get(tp)
         if vocab is None:
             # The call resolve.resolve_config makes; the input's vocabulary was checked there.
-            ns = self.namespace
-            vocab = resolve_vocabulary(
-                vocab_size=ns.get("vocab_size"), padded_vocab_size=ns.get("padded_vocab_size"),
-                tokenizer_type=ns.get("tokenizer_type") or "GPT2BPETokenizer", vocab_file=ns.get("vocab_file"),
-                tokenizer_model=ns.get("tokenizer_model"),
-                make_vocab_size_divisible_by=ns.get("make_vocab_size_divisible_by") or 128,
-                tp=tp, pad=bool(ns.get("pad_vocab_size", True)))
+            vocab = vocabulary_of(self.namespace, tp)
             if vocab is None:
                 raise InvalidInput([Problem("unknown-vocab-size", self.raw.location("vocab_size"),
                                             "cannot tell the vocabulary size; pass --vocab-size")])

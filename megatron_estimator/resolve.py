@@ -17,7 +17,7 @@ from .parallel import ParallelDims
 from .rawargs import RawArgs
 from .validation.rules import check_rules
 from .validation.schema import check_config_schema
-from .vocab import resolve_vocabulary
+from .vocab import vocabulary_of
 
 # Rules about the job's environment: errors when the environment is the job's own.
 ENVIRONMENT_RULES = {"cuda-device-max-connections"}
@@ -80,16 +80,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
             notes.append(f"job environment (not checked here): {problem.message}")
     problems.extend(rule_problems)
 
-    vocab = resolve_vocabulary(
-        vocab_size=derived.get("vocab_size"),
-        padded_vocab_size=derived.get("padded_vocab_size"),
-        tokenizer_type=derived.get("tokenizer_type"),
-        vocab_file=derived.get("vocab_file"),
-        tokenizer_model=derived.get("tokenizer_model"),
-        make_vocab_size_divisible_by=derived.get("make_vocab_size_divisible_by") or 128,
-        tp=derived.get("tensor_model_parallel_size") or 1,
-        pad=bool(derived.get("pad_vocab_size", True)),
-    )
+    vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1)
     if vocab is None:
         where = raw.location("tokenizer_type") if raw.given("tokenizer_type") else raw.location("vocab_size")
         problems.add("unknown-vocab-size", where,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 # Tokenizer types whose vocabulary size is fixed by the tokenizer itself
 # (files Megatron's recipes download; sizes as the tokenizers report len(tokenizer)).
@@ -213,3 +214,19 @@ def resolve_vocabulary(
         if size:
             return padded(size, f"tokenizer {tokenizer_model} has {size} entries")
     return None
+
+
+def vocabulary_of(namespace: Mapping[str, Any], tp: int) -> Vocabulary | None:
+    """The vocabulary a Megatron namespace (argparse dests) builds at tensor parallel size tp.
+
+    An unset --tokenizer-type is pretrain_gpt.py's GPT2BPETokenizer (its args_defaults)."""
+    return resolve_vocabulary(
+        vocab_size=namespace.get("vocab_size"),
+        padded_vocab_size=namespace.get("padded_vocab_size"),
+        tokenizer_type=namespace.get("tokenizer_type") or "GPT2BPETokenizer",
+        vocab_file=namespace.get("vocab_file"),
+        tokenizer_model=namespace.get("tokenizer_model"),
+        make_vocab_size_divisible_by=namespace.get("make_vocab_size_divisible_by") or 128,
+        tp=tp,
+        pad=bool(namespace.get("pad_vocab_size", True)),
+    )

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+# The workplace's shared data: beside the checkout, or (for a fresh clone elsewhere, as CI
+# makes) at the workplace's own location.  Tests that need it skip, naming it, when neither is.
+SHARED = next((p for p in (REPO.parent / "shared", Path("/work/shared")) if p.is_dir()), REPO.parent / "shared")
 CALIBRATION_TSV = SHARED / "calibration" / "megatron-ci-dev.tsv"
 
 # LLaMA-3-8B as Megatron flags (published size 8,030,261,248).
@@ -30,6 +32,18 @@ TINY_GPT = (
     "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
     "--max-position-embeddings 32 --micro-batch-size 2 --vocab-size 1000 --bf16"
 )
+
+
+def load_script(name: str):
+    """A file under scripts/ (no .py suffix) imported as a module."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO / "scripts" / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def flags(text: str, extra: str = "") -> list[str]:
@@ -70,5 +84,5 @@ def problems_of(text: str, world_size: int | None = 1, environ: dict | None = No
 @pytest.fixture(scope="session")
 def shared_calibration():
     if not CALIBRATION_TSV.is_file():
-        pytest.skip(f"{CALIBRATION_TSV} is not here (the calibration data lives in ../shared)")
+        pytest.skip(f"{CALIBRATION_TSV} is not on this machine (the calibration data lives in ../shared)")
     return CALIBRATION_TSV

@@ -9,22 +9,12 @@ and the achieved figures (as regression guards) where it does not; each exceptio
 from __future__ import annotations
 
 import csv
-import importlib.machinery
-import importlib.util
 import json
 import statistics
 
 import pytest
 
-from conftest import REPO
-
-
-def load_calibrate():
-    loader = importlib.machinery.SourceFileLoader("calibrate_script", str(REPO / "scripts" / "calibrate"))
-    spec = importlib.util.spec_from_loader("calibrate_script", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +23,7 @@ def results(shared_calibration):
     from megatron_estimator.gpus import lookup_gpu
     from megatron_estimator.memory.overhead import Overheads
 
-    calibrate = load_calibrate()
+    calibrate = load_script("calibrate")
     out = []
     with open(shared_calibration, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):

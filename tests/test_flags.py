@@ -13,8 +13,6 @@ import contextlib
 import csv
 import dataclasses
 import functools
-import importlib.machinery
-import importlib.util
 import io
 import json
 import re
@@ -38,9 +36,9 @@ from megatron_estimator.flags import (
 from megatron_estimator.rawargs import RawArgs
 from megatron_estimator.resources import data_path
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED_FLAGS = Path("/work/shared/megatron/flags.tsv")
-CALIBRATION = Path("/work/shared/calibration/megatron-ci-dev.tsv")
+from conftest import SHARED, load_script
+
+SHARED_FLAGS = SHARED / "megatron" / "flags.tsv"
 
 
 def parse(*argv: str):
@@ -192,14 +190,6 @@ def test_boolean_flag_spellings():
     assert table.by_option("--disable-bias-linear").dest == "add_bias_linear"
 
 
-def _load_import_flags():
-    loader = importlib.machinery.SourceFileLoader("import_flags", str(REPO / "scripts" / "import_flags"))
-    spec = importlib.util.spec_from_loader("import_flags", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 def test_import_flags_refuses_an_unknown_computed_default(tmp_path, capsys):
     source = tmp_path / "flags.tsv"
     header = ["flag", "aliases", "dest", "action", "type", "nargs", "default", "choices", "const",
@@ -207,7 +197,7 @@ def test_import_flags_refuses_an_unknown_computed_default(tmp_path, capsys):
     row = ["--x", "", "x", "store", "int", "", "<expr> compute()", "", "", "", "g", "f", "add_argument",
            "", "", "arguments.py:1"]
     source.write_text("\t".join(header) + "\n" + "\t".join(row) + "\n", encoding="utf-8")
-    module = _load_import_flags()
+    module = load_script("import_flags")
     assert module.main([str(source), "-o", str(tmp_path / "out.tsv")]) == 2
     assert "--x: cannot evaluate the computed default '<expr> compute()'" in capsys.readouterr().err
     assert not (tmp_path / "out.tsv").exists()
@@ -216,7 +206,7 @@ def test_import_flags_refuses_an_unknown_computed_default(tmp_path, capsys):
 def test_import_flags_reproduces_the_committed_table(tmp_path):
     if not SHARED_FLAGS.is_file():
         pytest.skip(f"{SHARED_FLAGS} is not on this machine")
-    module = _load_import_flags()
+    module = load_script("import_flags")
     out = tmp_path / "megatron_flags.tsv"
     assert module.main([str(SHARED_FLAGS), "-o", str(out)]) == 0
     assert out.read_bytes() == data_path("megatron_flags.tsv").read_bytes()
@@ -360,16 +350,14 @@ def test_moe_offloading_command_line():
     assert got["tensor_model_parallel_size"] == 2 and got["expert_model_parallel_size"] == 4
 
 
-def _calibration_argvs():
-    with CALIBRATION.open(encoding="utf-8", newline="") as handle:
+def _calibration_argvs(calibration: Path):
+    with calibration.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
     return [(row["test_case"], json.loads(row["argv_json"])) for row in rows]
 
 
-def test_every_calibration_command_line_parses_cleanly_and_agrees_with_argparse():
-    if not CALIBRATION.is_file():
-        pytest.skip(f"{CALIBRATION} is not on this machine")
-    argvs = _calibration_argvs()
+def test_every_calibration_command_line_parses_cleanly_and_agrees_with_argparse(shared_calibration):
+    argvs = _calibration_argvs(shared_calibration)
     assert len(argvs) == 337
     for name, argv in argvs:
         raw, problems = parse_megatron_argv(argv)

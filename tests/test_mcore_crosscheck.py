@@ -70,14 +70,14 @@ CASES = [
 ]
 
 
-def spec_for(text: str) -> dict:
+def spec_for(text: str, extra_keys: frozenset[str] = frozenset()) -> dict:
     """The flags as a harness spec; MLA keys carry Megatron's argparse defaults (the harness
     would otherwise take MLATransformerConfig's, e.g. q_lora_rank 512 instead of None)."""
     from megatron_estimator.flags import flag_table, parse_megatron_argv
 
     raw, problems = parse_megatron_argv(shlex.split(text))
     assert not problems
-    spec = {dest: s.value for dest, s in raw.settings.items() if dest in SPEC_KEYS}
+    spec = {dest: s.value for dest, s in raw.settings.items() if dest in SPEC_KEYS or dest in extra_keys}
     if spec.get("multi_latent_attention"):
         for dest in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             spec.setdefault(dest, flag_table().default(dest))
@@ -116,6 +116,9 @@ ACT_GPT = "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --ffn-hidden
 ACT_LLAMA = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
              "--ffn-hidden-size 704 --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope "
              "--hidden-dropout 0 --attention-dropout 0 --untie-embeddings-and-output-weights " + ACT_COMMON)
+# The flags that change what a layer saves, given to the harness where the command sets them.
+ACTIVATION_SPEC_KEYS = frozenset({"recompute_granularity", "recompute_modules", "bias_swiglu_fusion",
+                                  "hidden_dropout", "attention_dropout", "recompute_activations"})
 ACT_CASES = [
     ("gpt", ACT_GPT, 1),
     ("gpt selective core_attn", ACT_GPT + " --recompute-activations", 1),
@@ -137,14 +140,7 @@ def test_layer_activations_equal_saved_tensors(megatron_core, name, text, world)
     from conftest import resolve
     from megatron_estimator.memory.activations import layer_activations
 
-    spec = spec_for(text)
-    for dest in ("recompute_granularity", "recompute_modules", "bias_swiglu_fusion", "hidden_dropout",
-                 "attention_dropout", "recompute_activations"):
-        from megatron_estimator.flags import parse_megatron_argv
-
-        raw, _ = parse_megatron_argv(shlex.split(text))
-        if raw.given(dest):
-            spec[dest] = raw.value(dest)
+    spec = spec_for(text, extra_keys=ACTIVATION_SPEC_KEYS)
     measured = mcore_reference.saved_activation_bytes(spec, seq_length=128, micro_batch_size=2)
     config = resolve(text, world)
     assert layer_activations(config, 1).total == measured.layer_bytes(1)
