@@ -173,8 +173,9 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         return TrainingInput(loaded.raw, source=name, notes=tuple(
             f"{hf_key} -> {flag} {value}" for hf_key, flag, value in loaded.mapping)), tuple(loaded.problems)
     return TrainingInput(RawArgs(), source=name), (
-        Problem("unknown-format", name, "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch "
-                "script or a HuggingFace config.json"),)
+        Problem("unknown-format", name, "not a seed-format YAML (top-level model: or parallelism:), a "
+                "Megatron --yaml-cfg YAML (top-level language_model: or model_parallel:), a launch script "
+                "or a HuggingFace config.json (model_type or architectures)"),)
 
 
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,

@@ -216,6 +216,21 @@ def test_check_every_file_and_worst_exit_code(tmp_path):
     assert result.stdout.count("verdict: FITS") == 2
 
 
+def test_check_names_the_top_level_keys_a_flat_yaml_lacks(tmp_path):
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("num_layers: 32\nhidden_size: 4096\n")
+    result = run(["check", str(flat)])
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        f"{flat}:",
+        "  invalid input, 1 problem:",
+        f"  error: {flat}: not a seed-format YAML (top-level model: or parallelism:), a Megatron --yaml-cfg "
+        "YAML (top-level language_model: or model_parallel:), a launch script or a HuggingFace config.json "
+        "(model_type or architectures) [unknown-format]",
+    ]
+    assert "Traceback" not in result.stderr
+
+
 def test_check_json_wraps_several_results():
     result = run(["check", "--format", "json", str(REPO / "examples" / "llama3-8b.yaml"),
                   str(REPO / "examples" / "llama3-70b-tight.yaml")])
