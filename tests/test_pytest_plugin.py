@@ -62,7 +62,10 @@ def _library_imported():
 
 
 def run(pytester, *args):
-    return pytester.runpytest("-p", PLUGIN, *args)
+    # "-rN": no short test summary, whose length depends on the terminal and on CI=true
+    # (pytest prints whole multi-line messages there on CI), so that what a test counts
+    # in the output is the failure sections alone.
+    return pytester.runpytest("-p", PLUGIN, "-rN", *args)
 
 
 def output(result) -> str:
