@@ -196,6 +196,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
                                 environ=env,
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
+                                flash_attn=overheads.flash_attn,
                                 job_environment=inp.job_environment)
     except InvalidInput as err:
         return Verdict(inp.source, problems=tuple(problems) + tuple(p for p in err.problems if p not in problems))

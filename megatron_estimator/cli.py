@@ -57,6 +57,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                       help="allocator fragmentation as a fraction of allocated memory (default 0.05)")
     over.add_argument("--routing-imbalance", type=float, metavar="FRACTION",
                       help="MoE: extra share of tokens a hot expert rank receives (default 0)")
+    over.add_argument("--flash-attn", metavar="VERSION",
+                      help="the job's flash-attn version, or none; deterministic training before Hopper "
+                           "falls back to unfused attention without >= 2.4.1 (default: >= 2.4.1)")
 
 
 def _model_source(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +157,8 @@ def _options(ns: argparse.Namespace, environ):
     cli_values = {
         "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
         "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
-        "routing-imbalance": ns.routing_imbalance, "warn-only": getattr(ns, "warn_only", None),
+        "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn,
+        "warn-only": getattr(ns, "warn_only", None),
     }
     return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
 
@@ -168,6 +172,7 @@ def _overheads(settings):
         nccl_bytes_per_communicator=settings.nccl_buffers,
         fragmentation=settings.fragmentation,
         routing_imbalance=settings.routing_imbalance,
+        flash_attn=settings.flash_attn,
         compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
         gpu_known=gpu is not None,
     )

@@ -190,7 +190,7 @@ def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str])
     ``--attention-backend`` sets NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN
     (megatron/core/models/common/language_module/language_module.py ``_set_attention_backend``);
     with ``auto`` TE picks flash or fused attention, both linear in s, unless the environment
-    turns both off.
+    turns both off, or deterministic training rules both out (``deterministic_fallback``).
     """
     impl = ns.get("transformer_impl", "transformer_engine")
     backend = ns.get("attention_backend", "auto")
@@ -201,8 +201,52 @@ def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str])
     flash = environ.get("NVTE_FLASH_ATTN", "1") != "0"
     fused = environ.get("NVTE_FUSED_ATTN", "1") != "0"
     if flash or fused:
+        fallback = deterministic_fallback(ns, environ)
+        if fallback is not None:
+            return "unfused", fallback
         return ("flash" if flash else "fused"), "--attention-backend auto: Transformer Engine flash/fused attention"
     return "unfused", "NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0 in the environment: TE unfused attention"
+
+
+FLASH_ATTN_DETERMINISTIC = (2, 4, 1)
+
+
+def flash_attn_version_tuple(text: str) -> tuple[int, ...] | None:
+    """``2.7.4.post1`` -> ``(2, 7, 4)``; None when it is not a version."""
+    import re
+
+    found = re.fullmatch(r"v?(\d+(?:\.\d+){0,2})(?:[.+-]?[a-z0-9.+-]*)?", text)
+    return tuple(int(x) for x in found.group(1).split(".")) if found else None
+
+
+def is_deterministic(ns: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+    """Transformer Engine's ``deterministic``: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, or torch's
+    deterministic algorithms, which --deterministic-mode turns on
+    (megatron/training/initialize.py)."""
+    return bool(ns.get("deterministic_mode")) or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0"
+
+
+def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """Why Transformer Engine runs unfused attention under ``--attention-backend auto``, or None.
+
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    ``get_attention_backend``: in deterministic training it disables cuDNN's fused attention
+    (F16_arbitrary_seqlen) before compute capability 9.0, and flash-attn unless it is
+    installed at >= 2.4.1; with both gone only UnfusedDotProductAttention is left.  Decided
+    only when the GPU is known (``_compute_capability``) and the job's flash-attn is said
+    (``_flash_attn``: a version or "none"; None assumes >= 2.4.1).
+    """
+    capability, flash_attn = ns.get("_compute_capability"), ns.get("_flash_attn")
+    if capability is None or capability >= 9.0 or flash_attn is None or not is_deterministic(ns, environ):
+        return None
+    if flash_attn != "none":
+        version = flash_attn_version_tuple(flash_attn)
+        if version is None or version + (0,) * (3 - len(version)) >= FLASH_ATTN_DETERMINISTIC:
+            return None
+    installed = "no flash-attn" if flash_attn == "none" else f"flash-attn {flash_attn} (< 2.4.1)"
+    return (f"--attention-backend auto in deterministic mode on compute capability {capability:g} with "
+            f"{installed}: Transformer Engine rules out fused and flash attention and runs unfused "
+            f"attention (s^2 memory)")
 
 
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],

@@ -1265,6 +1265,7 @@ class _Search:
         try:
             self.reference = resolve_config(self.raw, world_size=1, world_size_source="plan", environ=environ,
                                             compute_capability=self.compute_capability,
+                                            flash_attn=overheads.flash_attn,
                                             job_environment=job_environment)
             self.base_problems: tuple[Problem, ...] = ()
         except InvalidInput as err:
@@ -1341,7 +1342,8 @@ class _Search:
             ns = dict(self.namespace)
             ns.update(_family_settings(tp, cp, pp, pipeline))
             batches, namespaces = _derive_batches(ns, all_batches, self.world, {
-                "world_size_source": "plan", "_compute_capability": self.compute_capability})
+                "world_size_source": "plan", "_compute_capability": self.compute_capability,
+                "_flash_attn": self.overheads.flash_attn})
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)

@@ -345,7 +345,8 @@ def _overheads(settings, gpu):
 
     extra = {"compute_capability": gpu.compute_capability_value, "gpu_known": True} if gpu is not None else {}
     return Overheads(cuda_context_bytes=settings.cuda_context, nccl_bytes_per_communicator=settings.nccl_buffers,
-                     fragmentation=settings.fragmentation, routing_imbalance=settings.routing_imbalance, **extra)
+                     fragmentation=settings.fragmentation, routing_imbalance=settings.routing_imbalance,
+                     flash_attn=settings.flash_attn, **extra)
 
 
 def _problem_text(what: str, problems) -> str:

@@ -47,9 +47,12 @@ def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None)
 def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_source: str | None = None,
                    environ: Mapping[str, str] | None = None,
                    compute_capability: float | None = None,
+                   flash_attn: str | None = None,
                    job_environment: bool = False) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
     GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
+    ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
+    attention kernel Transformer Engine picks in deterministic mode depends on it).
     ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
     config files it is only the checking shell's, so environment rules become notes."""
     environ = os.environ if environ is None else environ
@@ -73,6 +76,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     derived, notes = derive_namespace(namespace, world)
     derived["world_size_source"] = source
     derived["_compute_capability"] = compute_capability
+    derived["_flash_attn"] = flash_attn
     rule_problems = check_rules(derived, raw, environ)
     if not job_environment:
         for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:

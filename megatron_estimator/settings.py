@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
+from .config import flash_attn_version_tuple
 from .errors import InvalidInput, Problem
 from .gpus import GpuSpec, MiB, format_bytes, lookup_gpu, parse_bytes
 
@@ -122,6 +123,16 @@ def _routing_imbalance(raw: Any) -> float:
     return _fraction(raw, upper=None)
 
 
+def _flash_attn(raw: Any) -> str:
+    """``none`` (not installed) or a version such as ``2.7.4.post1``."""
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text in ("none", "absent", "not-installed"):
+        return "none"
+    if text is not None and flash_attn_version_tuple(text) is not None:
+        return text
+    raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {_describe(raw)}")
+
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -206,6 +217,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "average token count (0 = perfectly balanced)",
     ),
     SettingSpec(
+        "flash-attn", "version", None, _flash_attn,
+        "the flash-attn package in the job's software stack: a version (2.7.4) or none.  It "
+        "matters for deterministic training before Hopper, where Transformer Engine runs "
+        "flash-attn >= 2.4.1 or else unfused attention with its s^2 memory (default: a version "
+        ">= 2.4.1 is assumed)",
+    ),
+    SettingSpec(
         "warn-only", "bool", False, _bool,
         "report an over-budget configuration but exit 0 (invalid input still fails)",
     ),
@@ -229,6 +247,8 @@ def _spec(key: str) -> SettingSpec:
 def show_value(key: str, value: Any) -> str:
     """A setting's value as a report shows it: ``80.00 GiB``, ``5%``, ``h100-sxm-80gb``, ``none``."""
     spec = _spec(key)
+    if value is None and spec.kind == "version":
+        return ">= 2.4.1 (assumed)"
     if value is None:
         return "none"
     if spec.kind == "bytes":
@@ -273,6 +293,7 @@ class Settings:
     nccl_buffers: int
     fragmentation: float
     routing_imbalance: float
+    flash_attn: str | None
     warn_only: bool
     entries: Mapping[str, SettingEntry] = field(hash=False, repr=False)
     config_file: str | None = None           # the file read, if any

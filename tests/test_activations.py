@@ -1,5 +1,7 @@
 """Activation bytes per layer and per stage: exact itemized integers on a tiny GPT."""
 
+import pytest
+
 from megatron_estimator.memory.activations import layer_activations, loss_activations
 from megatron_estimator.memory.model import chunk_activation_bytes
 
@@ -133,3 +135,64 @@ def test_moe_routed_rows_scale_with_topk_and_capacity():
     assert routed_rows(resolve(TINY_GPT, extra=capped), imbalance=0.5) == int(TOKENS * 2 * 1.25)
     padded = capped + " --moe-pad-expert-input-to-capacity"
     assert routed_rows(resolve(TINY_GPT, extra=padded)) == int(TOKENS * 2 * 1.25)
+
+
+# --- the attention kernel Transformer Engine picks in deterministic training -------------------
+
+def _kernel_and_layer(extra: str, environ: dict, capability: float | None, flash_attn: str | None):
+    from megatron_estimator.flags import parse_megatron_argv
+    from megatron_estimator.resolve import resolve_config
+
+    from conftest import flags
+
+    raw, problems = parse_megatron_argv(flags(TINY_GPT, extra))
+    assert not problems
+    config = resolve_config(raw, world_size=1, environ=environ, compute_capability=capability, flash_attn=flash_attn)
+    return config.kernels.attention_backend, layer_activations(config, 0).total
+
+
+DETERMINISTIC = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+
+
+@pytest.mark.parametrize("extra, environ, capability, flash_attn, kernel", [
+    # A100, deterministic, no flash-attn (or one older than 2.4.1): TE rules out cuDNN fused
+    # attention before sm90 and flash-attn, so only unfused attention is left.
+    ("", DETERMINISTIC, 8.0, "none", "unfused"),
+    ("--deterministic-mode", {}, 8.0, "2.3.6", "unfused"),
+    ("", DETERMINISTIC, 8.0, "2.3", "unfused"),
+    # flash-attn >= 2.4.1 is deterministic: TE keeps it.
+    ("", DETERMINISTIC, 8.0, "2.4.1", "flash"),
+    ("", DETERMINISTIC, 8.0, "2.7.4.post1", "flash"),
+    ("", DETERMINISTIC, 8.0, None, "flash"),               # not said: >= 2.4.1 assumed
+    # Hopper keeps cuDNN fused attention in deterministic mode.
+    ("", DETERMINISTIC, 9.0, "none", "flash"),
+    # Not deterministic, the GPU not known, or the backend chosen explicitly: no fallback.
+    ("", {}, 8.0, "none", "flash"),
+    ("", DETERMINISTIC, None, "none", "flash"),
+    ("--attention-backend flash", DETERMINISTIC, 8.0, "none", "flash"),
+])
+def test_deterministic_training_without_flash_attn_falls_back_to_unfused(extra, environ, capability, flash_attn,
+                                                                          kernel):
+    chosen, total = _kernel_and_layer(extra, environ, capability, flash_attn)
+    assert chosen == kernel
+    unfused = layer_activations(resolve(TINY_GPT, extra="--attention-backend unfused"), 0).total
+    assert total == (unfused if kernel == "unfused" else 141312)
+
+
+def test_the_fallback_is_explained_in_the_report():
+    from megatron_estimator import api
+    from megatron_estimator.memory.overhead import Overheads
+
+    from conftest import flags
+
+    inp, problems = api.input_from_flags(flags(TINY_GPT, "--deterministic-mode"), environ={})
+    a100 = Overheads(compute_capability=8.0, gpu_known=True)
+    assumed = api.evaluate(inp, world_size=1, environ={}, overheads=a100).estimate
+    fallback = api.evaluate(inp, world_size=1, environ={},
+                            overheads=Overheads(compute_capability=8.0, gpu_known=True, flash_attn="none")).estimate
+    [kernel] = [a.text for a in assumed.assumptions if a.key == "attention_backend"]
+    assert "assumes flash-attn >= 2.4.1" in kernel and "--flash-attn none" in kernel
+    [kernel] = [a.text for a in fallback.assumptions if a.key == "attention_backend"]
+    assert kernel.startswith("attention kernel: unfused (--attention-backend auto in deterministic mode on "
+                             "compute capability 8 with no flash-attn")
+    assert fallback.stages[0].bytes.activations > assumed.stages[0].bytes.activations

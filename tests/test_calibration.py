@@ -19,26 +19,18 @@ from conftest import load_script
 
 @pytest.fixture(scope="module")
 def results(shared_calibration):
-    from megatron_estimator.api import evaluate, input_from_flags
-    from megatron_estimator.gpus import lookup_gpu
-    from megatron_estimator.memory.overhead import Overheads
-
     calibrate = load_script("calibrate")
     out = []
     with open(shared_calibration, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            argv = json.loads(row["argv_json"])
-            env = json.loads(row["env_json"])
-            inp, problems = input_from_flags(argv, environ=env)
-            gpu = lookup_gpu(calibrate.CI_GPUS[row["gpu"]])
-            verdict = evaluate(inp, world_size=int(row["world_size"]), environ=env, problems=problems,
-                               overheads=Overheads(compute_capability=gpu.compute_capability_value, gpu_known=True))
-            measured = int(row["measured_peak_allocated_bytes"])
+            verdict, measured = calibrate.estimate_row(row)
             error = None
             if verdict.estimate is not None:
                 error = (verdict.estimate.stages[-1].allocated_peak_bytes - measured) / measured
+            argv = json.loads(row["argv_json"])
             out.append({"name": row["test_case"], "features": calibrate.features_of(argv, row["test_case"]),
-                        "stack": calibrate.stack_of(row["golden_file"]), "error": error})
+                        "stack": calibrate.stack_of(row["golden_file"]), "golden_file": row["golden_file"],
+                        "error": error})
     return out
 
 
@@ -62,15 +54,76 @@ def test_dense_rows_meet_the_first_target(results):
 
 
 def test_all_rows(results):
-    # Every row: median <= 5% (met).  The dev stack also meets p90 <= 12%; the LTS DRACO stack's
-    # resume rows measured unfused attention where the configuration selects flash attention
-    # (Transformer Engine's deterministic-mode fallback on A100 without flash-attn >= 2.4.1),
-    # which keeps the all-rows p90 at 16.5%.
+    # Every row (issue targets): median <= 5%, p90 <= 12%.
     median, p90, worst = stats([r["error"] for r in results])
     assert median <= 0.05
-    assert p90 <= 0.17
-    dev = [r["error"] for r in results if r["stack"] == "dev"]
-    assert stats(dev)[1] <= 0.12
+    assert p90 <= 0.12
+    for stack in ("dev", "lts", "lts dracooci", "dev dracooci"):
+        assert stats([r["error"] for r in results if r["stack"] == stack])[1] <= 0.12, stack
+
+
+def test_the_lts_dracooci_stack_measured_unfused_attention(results):
+    # scripts/calibrate STACK_FACTS: with no flash-attn in that stack, its deterministic A100
+    # runs are estimated with Transformer Engine's unfused fallback and land within 5%.
+    rows = [r["error"] for r in results if r["stack"] == "lts dracooci"]
+    assert len(rows) == 56
+    assert max(abs(e) for e in rows) <= 0.05
+
+
+# Rows underestimated by more than 10%, each with why no function of the command line can
+# reach it.  The test fails when another row joins them (a regression) or one leaves (then
+# remove it here).
+UNDERESTIMATED = {
+    # The same command line measured on a rerun (*_2nd golden values) at up to 1.8x the first
+    # run's peak (and 3.6x its resident memory after a step): the rerun resumes from a
+    # checkpoint the first run wrote, a state the command line does not describe.
+    ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_multi_dist_optimizer_instances",
+     "golden_values_dev_dgx_gb200_2nd.json"),
+    ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_multi_dist_optimizer_instances",
+     "golden_values_dev_dgx_h100_2nd.json"),
+    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router",
+     "golden_values_dev_dgx_h100_2nd.json"),
+    # LTS A100 golden values of three deterministic tests measured unfused attention (each
+    # within 7% of the unfused estimate) while the same file's other deterministic tests
+    # measured flash attention: the file mixes software stacks test by test.
+    ("gpt/gpt3_mcore_te_tp1_pp4_resume_torch_dist_swiglu", "golden_values_lts_dgx_a100.json"),
+    ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_multi_dist_optimizer_instances",
+     "golden_values_lts_dgx_a100.json"),
+    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router", "golden_values_lts_dgx_a100.json"),
+}
+
+
+# Rows underestimated by 10-19% where the configuration does say what ran: mechanisms not yet
+# modelled well enough (the README's accuracy section names them).  Guarded so they only
+# improve.
+MODELLING_GAPS = {
+    # --overlap-moe-expert-parallel-comm with pp 1 (the combined 1F1B schedule).
+    ("moe/gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4", "golden_values_dev.json"),
+    # Megatron-FSDP (optim_grads_params) with MoE: first runs on Hopper and Blackwell.
+    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router", "golden_values_dev_dgx_h100.json"),
+    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router",
+     "golden_values_dev_dgx_gb200.json"),
+    # Fine-grained activation offloading of MoE layers.
+    ("moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading",
+     "golden_values_dev_dgx_h100.json"),
+    ("moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading",
+     "golden_values_dev_dgx_gb200.json"),
+    # The distributed Muon optimizer's buffers.
+    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100.json"),
+    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100_2nd.json"),
+    # fp8 current scaling with --tp-comm-overlap at pp 2 (Transformer Engine userbuffers).
+    ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap", "golden_values_dev_dgx_h100.json"),
+    ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap",
+     "golden_values_dev_dgx_gb200.json"),
+}
+
+
+def test_every_large_underestimate_is_a_named_exception(results):
+    under = {(r["name"], r["golden_file"]): r["error"] for r in results if r["error"] < -0.10}
+    assert set(under) - UNDERESTIMATED - MODELLING_GAPS == set()
+    assert UNDERESTIMATED - set(under) == set()
+    assert MODELLING_GAPS - set(under) == set()        # one improved past -10%: remove it above
+    assert min(under[key] for key in MODELLING_GAPS) >= -0.20
 
 
 @pytest.mark.parametrize("feature, p90_bound", [

@@ -254,3 +254,26 @@ def test_bad_setting_from_the_environment_is_exit_2_naming_it():
     result = run(["estimate", "--"] + flags(TINY_GPT), env={"MEGATRON_ESTIMATOR_BUDGET": "lots"})
     assert result.returncode == 2
     assert "MEGATRON_ESTIMATOR_BUDGET" in result.stdout and "[invalid-setting]" in result.stdout
+
+
+def test_flash_attn_option_changes_the_attention_kernel_on_a100():
+    # The gpt3 resume tests of Megatron-LM's CI: deterministic, Transformer Engine, auto attention.
+    base = ["estimate", "--gpu", "a100-80gb", "--world-size", "8", "--format", "json"]
+    megatron = ["--"] + flags(TINY_GPT, "--deterministic-mode --attention-softmax-in-fp32")
+    assumed = json.loads(run(base + megatron).stdout)
+    without = run(base + ["--flash-attn", "none"] + megatron)
+    from_env = run(base + megatron, env={"MEGATRON_ESTIMATOR_FLASH_ATTN": "2.3.6"})
+    assert without.returncode == from_env.returncode == 0, without.stderr
+    without, from_env = json.loads(without.stdout), json.loads(from_env.stdout)
+    kernel = {a["key"]: a["text"] for a in without["assumptions"]}["attention_backend"]
+    assert kernel.startswith("attention kernel: unfused (--attention-backend auto in deterministic mode")
+    assert without["stages"][0]["bytes"]["activations"] > assumed["stages"][0]["bytes"]["activations"]
+    assert from_env["stages"] == without["stages"]
+
+
+def test_a_bad_flash_attn_value_is_a_usage_problem():
+    result = run(["estimate", "--flash-attn", "recent", "--world-size", "1", "--"] + flags(TINY_GPT))
+    assert result.returncode == 2
+    assert "command line --flash-attn: must be a flash-attn version such as 2.7.4, or none, not 'recent'" \
+        in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr

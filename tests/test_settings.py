@@ -46,8 +46,8 @@ def test_defaults_when_nothing_is_given(repo):
     settings, problems = load(cwd=repo)
     assert problems == ()
     assert (settings.budget, settings.gpu, settings.format, settings.cuda_context, settings.nccl_buffers,
-            settings.fragmentation, settings.routing_imbalance, settings.warn_only) == (
-        None, None, "text", 512 * MiB, 512 * MiB, 0.05, 0.0, False)
+            settings.fragmentation, settings.routing_imbalance, settings.flash_attn, settings.warn_only) == (
+        None, None, "text", 512 * MiB, 512 * MiB, 0.05, 0.0, None, False)
     assert {key: settings.source(key) for key in setting_keys()} == {key: "default" for key in setting_keys()}
     assert settings.config_file is None and settings.notes == ()
     assert settings == default_settings()
@@ -56,7 +56,8 @@ def test_defaults_when_nothing_is_given(repo):
 def test_the_defaults_live_in_one_table():
     assert [(s.key, s.default) for s in SETTINGS] == [
         ("budget", None), ("gpu", None), ("format", "text"), ("cuda-context", 512 * MiB),
-        ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("warn-only", False)]
+        ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("flash-attn", None),
+        ("warn-only", False)]
     assert [row[:3] for row in settings_help()] == [
         ("budget", "MEGATRON_ESTIMATOR_BUDGET", "none"),
         ("gpu", "MEGATRON_ESTIMATOR_GPU", "none"),
@@ -65,6 +66,7 @@ def test_the_defaults_live_in_one_table():
         ("nccl-buffers", "MEGATRON_ESTIMATOR_NCCL_BUFFERS", "0.50 GiB"),
         ("fragmentation", "MEGATRON_ESTIMATOR_FRAGMENTATION", "0.05 (5%)"),
         ("routing-imbalance", "MEGATRON_ESTIMATOR_ROUTING_IMBALANCE", "0 (0%)"),
+        ("flash-attn", "MEGATRON_ESTIMATOR_FLASH_ATTN", ">= 2.4.1 (assumed)"),
         ("warn-only", "MEGATRON_ESTIMATOR_WARN_ONLY", "false"),
     ]
     assert all(help_line for *_, help_line in settings_help())
@@ -81,6 +83,7 @@ LAYERS = {
     "nccl-buffers": ("1GiB", "0.7GiB", "0.6", (GiB, round(0.7 * GiB), round(0.6 * GiB))),
     "fragmentation": ("0.2", "10%", "0.07", (0.2, 0.1, 0.07)),
     "routing-imbalance": ("0.5", "0.25", "0.1", (0.5, 0.25, 0.1)),
+    "flash-attn": ("none", "2.3.6", '"2.7.4.post1"', ("none", "2.3.6", "2.7.4.post1")),
     "warn-only": (True, "false", "true", (True, False, True)),
 }
 
@@ -347,7 +350,7 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
         ("unknown-setting", f"{path}:4 [tool.megatron-estimator] colour", "'colour' is not a setting"),
     ]
     assert problems[0].message.endswith(
-        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, warn-only)")
+        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, warn-only)")
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
@@ -446,6 +449,7 @@ def test_settings_are_frozen_and_report_their_sources(repo):
         ("nccl-buffers", "0.50 GiB", "default"),
         ("fragmentation", "0.07 (7%)", "command line --fragmentation"),
         ("routing-imbalance", "0 (0%)", "default"),
+        ("flash-attn", ">= 2.4.1 (assumed)", "default"),
         ("warn-only", "true", "MEGATRON_ESTIMATOR_WARN_ONLY"),
     )
 

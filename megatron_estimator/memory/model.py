@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..config import EstimatorConfig
+from ..config import EstimatorConfig, is_deterministic
 from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
@@ -328,14 +328,13 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
     cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
                                                    bool(config.namespace.get("deterministic_mode")))
     attention = f"attention kernel: {k.attention_backend} ({k.attention_backend_source})"
-    deterministic = (config.namespace.get("deterministic_mode")
-                     or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0")
     if (k.transformer_impl == "transformer_engine" and k.attention_backend in ("flash", "fused")
-            and deterministic and overheads.compute_capability < 9.0):
-        # transformer_engine/pytorch/attention/dot_product_attention/utils.py: deterministic
-        # training disables cuDNN fused attention before sm90 and flash-attn < 2.4.1.
-        attention += ("; deterministic mode on this GPU needs flash-attn >= 2.4.1, without it "
-                      "Transformer Engine falls back to unfused attention (s^2 memory)")
+            and is_deterministic(config.namespace, environ) and overheads.compute_capability < 9.0):
+        # config.deterministic_fallback: deterministic training disables cuDNN fused attention
+        # before sm90, and flash-attn below 2.4.1.
+        attention += ("; deterministic mode on this GPU assumes flash-attn >= 2.4.1 in the job's "
+                      "software stack; without it Transformer Engine falls back to unfused attention "
+                      "(s^2 memory): say --flash-attn none")
     items = [
         Assumption("attention_backend", attention, k.attention_backend),
         Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"

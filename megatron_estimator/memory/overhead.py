@@ -30,6 +30,7 @@ class Overheads:
     routing_imbalance: float = 0.0
     compute_capability: float = 9.0          # Hopper unless the GPU is known
     gpu_known: bool = False                  # the user named the GPU (--gpu): GPU-specific checks run
+    flash_attn: str | None = None            # the job's flash-attn: a version, "none", or None (>= 2.4.1)
 
 
 # cuBLAS handles (and so workspaces) are per thread: the forward runs on the main thread and
