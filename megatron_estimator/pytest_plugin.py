@@ -50,7 +50,8 @@ Where the budget comes from, the first that gives one wins:
 Within one place a budget outweighs a GPU; a GPU named in a higher place outweighs a budget in
 a lower one, as in ``megatron_estimator.settings``.  The GPU in force (the first named, in the
 same order) also sets the compute capability the overhead estimate assumes.  The other
-settings (``cuda-context``, ``nccl-buffers``, ``fragmentation``, ``routing-imbalance``) come
+settings (``cuda-context``, ``nccl-buffers``, ``fragmentation``, ``routing-imbalance``,
+``flash-attn``) come
 from the project settings as they do for the CLI; ``format`` and ``warn-only`` do not apply.
 A bad ``--megatron-budget`` / ``--megatron-gpu`` or ini value stops pytest with a usage
 error; a bad marker GPU name is a collection error of that test.
