@@ -261,13 +261,25 @@ def cmd_run(ns, environ) -> int:
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
-        exec_launch(command)
+        return _launch(command, exec_launch)
     _emit(_render([verdict], settings.format), sys.stderr)
     if settings.warn_only and command.script is not None:
         sys.stderr.write("megatron-estimator: --warn-only: launching anyway\n")
         sys.stderr.flush()
-        exec_launch(command)
+        return _launch(command, exec_launch)
     return verdict.exit_code
+
+
+def _launch(command, exec_launch) -> int:
+    """exec the launch command; returns only when it cannot be run (exit 2, one message)."""
+    try:
+        exec_launch(command)
+    except OSError as err:
+        reason = "not found on PATH" if isinstance(err, FileNotFoundError) and "/" not in command.argv[0] \
+            else (err.strerror or str(err))
+        sys.stderr.write(f"megatron-estimator run: error: cannot launch {command.argv[0]!r}: {reason}\n")
+        return EXIT_INVALID
+    return EXIT_INVALID   # not reached: exec replaces the process
 
 
 # What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an

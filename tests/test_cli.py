@@ -277,3 +277,17 @@ def test_a_bad_flash_attn_value_is_a_usage_problem():
     assert "command line --flash-attn: must be a flash-attn version such as 2.7.4, or none, not 'recent'" \
         in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_run_says_when_the_launcher_cannot_be_run(tmp_path):
+    command = ["no-such-torchrun-here", "--nproc-per-node", "1", "pretrain_gpt.py"] + flags(TINY_GPT)
+    result = run(["run", "--budget", "80GiB", "--world-size", "1", "--"] + command)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == "megatron-estimator run: error: cannot launch 'no-such-torchrun-here': not found on PATH\n"
+    script = tmp_path / "launch"
+    script.write_text("#!/bin/sh\n")                     # not executable
+    result = run(["run", "--budget", "80GiB", "--world-size", "1", "--", str(script), "pretrain_gpt.py"]
+                 + flags(TINY_GPT))
+    assert result.returncode == 2
+    assert result.stderr == f"megatron-estimator run: error: cannot launch {str(script)!r}: Permission denied\n"

@@ -448,20 +448,21 @@ def test_argv_is_kept_untouched():
 # ---- exec ----------------------------------------------------------------------------------
 
 def test_exec_launch_keeps_argv_and_environment(tmp_path):
-    dump = tmp_path / "dump.json"
-    program = tmp_path / "pretrain_gpt.py"
-    program.write_text(textwrap.dedent(f"""\
-        import json, os, sys
-        with open({str(dump)!r}, "w") as handle:
-            json.dump({{"argv": sys.argv, "environ": dict(os.environ)}}, handle)
-        """))
-    argv = [sys.executable, str(program), "--num-layers", "2", "--name", "a b", "--empty", ""]
+    # The launched program is a shell script, so that nothing but exec stands between the
+    # environment the estimator was started with and the one the program sees (a Python child
+    # would coerce a C locale itself).  The estimator runs in a C locale: its interpreter adds
+    # LC_CTYPE=C.UTF-8 to os.environ (PEP 538), which the job must not inherit.
+    dump = tmp_path / "dump"
+    launcher = tmp_path / "launch"
+    launcher.write_text(f'#!/bin/sh\nenv -0 > {dump}.env\nprintf "%s\\0" "$@" > {dump}.argv\n')
+    launcher.chmod(0o755)
+    argv = [str(launcher), "pretrain_gpt.py", "--num-layers", "2", "--name", "a b", "--empty", ""]
     runner = tmp_path / "runner.py"
     runner.write_text(textwrap.dedent(f"""\
-        import sys
+        import os, sys
         sys.path.insert(0, {REPO!r})
         from megatron_estimator.launch import parse_launch_command, exec_launch
-        command, problems = parse_launch_command({argv!r})
+        command, problems = parse_launch_command({argv!r}, dict(os.environ))
         assert not problems, problems
         exec_launch(command)
         raise SystemExit("exec_launch returned")
@@ -470,10 +471,17 @@ def test_exec_launch_keeps_argv_and_environment(tmp_path):
     completed = subprocess.run([sys.executable, str(runner)], env=env, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout == "" and completed.stderr == ""
-    seen = json.loads(dump.read_text())
-    assert seen["argv"] == argv[1:]              # sys.argv drops the interpreter, keeps the rest
-    expected_env = dict(env)
-    for name in ("LC_CTYPE", "PYTHONCOERCECLOCALE"):   # python may add these for a C locale
-        seen["environ"].pop(name, None)
-        expected_env.pop(name, None)
-    assert seen["environ"] == expected_env
+    assert (tmp_path / "dump.argv").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv[1:]]
+    seen = dict(entry.split("=", 1) for entry in (tmp_path / "dump.env").read_text().split("\0") if entry)
+    seen.pop("PWD", None)         # set by the shell itself
+    seen.pop("SHLVL", None)
+    seen.pop("_", None)
+    assert seen == env
+
+
+def test_exec_launch_raises_when_the_command_cannot_run(tmp_path):
+    from megatron_estimator.launch import exec_launch
+
+    command, problems = parse_launch_command([str(tmp_path / "no-such-torchrun"), "pretrain_gpt.py"], {})
+    with pytest.raises(FileNotFoundError):
+        exec_launch(command)
