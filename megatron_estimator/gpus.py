@@ -394,7 +394,15 @@ def _byte_size(value: object) -> int:
     numerator *= _UNITS[folded]
     if folded == "b" and numerator % denominator:
         raise ValueError(f"{text!r}: a count of bytes must be a whole number")
-    return (2 * numerator + denominator) // (2 * denominator)      # to the nearest byte
+    size = (2 * numerator + denominator) // (2 * denominator)      # to the nearest byte
+    if size > MAX_BYTE_SIZE:
+        raise ValueError(f"{text!r} is more than 1 EiB, more memory than any device has")
+    return size
+
+
+# The largest byte size accepted: 1 EiB, far above any device, and small enough that every
+# figure derived from it stays a finite float when reported.
+MAX_BYTE_SIZE = 1 << 60
 
 
 def parse_bytes(text: str | int | float, location: str = "", code: str = "invalid-budget") -> int:

@@ -165,12 +165,26 @@ def microbatches_in_flight(pp: int, rank: int, vpp: int | None, num_microbatches
         live = min(pp - rank, num_microbatches)
         return InFlight((live,), pp - rank - 1,
                         f"1F1B: min(p - r, M) = min({pp} - {rank}, {num_microbatches}) = {live}")
-    counts = _interleaved_peak(pp, rank, vpp, num_microbatches, group_size,
-                               chunk_weights or (1,) * vpp, int(combined_1f1b))
+    counts = _interleaved_peak(pp, rank, vpp, _equivalent_microbatches(pp, rank, vpp, num_microbatches, group_size,
+                                                                       int(combined_1f1b)),
+                               group_size, chunk_weights or (1,) * vpp, int(combined_1f1b))
     warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group_size + int(combined_1f1b), num_microbatches * vpp)
     return InFlight(counts, warmup,
                     f"interleaved 1F1B ({vpp} virtual stages): {warmup} warm-up forwards, "
                     f"at most {sum(counts)} chunk-microbatches alive")
+
+
+def _equivalent_microbatches(pp: int, rank: int, vpp: int, m: int, group: int, extra_warmup: int) -> int:
+    """A microbatch count whose interleaved schedule peaks as ``m``'s does, small enough to
+    simulate.  The schedule table repeats every ``group`` microbatches (each group runs every
+    chunk), so past the warm-up the steady state repeats with that period; removing whole
+    periods from the middle keeps the warm-up, the last partial group and the cool-down
+    exactly as they are, and with them every live count the schedule reaches."""
+    warmup = (pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup
+    periods = warmup // (group * vpp) + 4        # warm-up, then steady periods on both sides
+    if m <= group * (periods + 1):
+        return m
+    return group * periods + m % group
 
 
 @lru_cache(maxsize=4096)

@@ -38,6 +38,8 @@ from .errors import InvalidInput, Problem
 from .gpus import GpuSpec, MiB, format_bytes, lookup_gpu, parse_bytes
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
+# Variables in our namespace that are not settings: the CLI's traceback switch.
+DEBUG_ENV_VAR = ENV_PREFIX + "DEBUG"
 PYPROJECT = "pyproject.toml"
 OWN_FILE = "megatron-estimator.toml"
 TOOL_TABLE = ("tool", "megatron-estimator")
@@ -507,7 +509,7 @@ def _from_cli(cli_values: Mapping[str, Any]) -> list[_Given]:
 def _from_environment(environ: Mapping[str, str], problems: list[Problem]) -> list[_Given]:
     given = []
     for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name == DEBUG_ENV_VAR:
             continue
         spec = _ENV_VARS.get(name)
         if spec is None:

@@ -291,3 +291,19 @@ def test_run_says_when_the_launcher_cannot_be_run(tmp_path):
                  + flags(TINY_GPT))
     assert result.returncode == 2
     assert result.stderr == f"megatron-estimator run: error: cannot launch {str(script)!r}: Permission denied\n"
+
+
+def test_absurd_sizes_are_range_problems_not_crashes():
+    result = run(["estimate", "--world-size", "1", "--"] + flags(
+        TINY_GPT, "--num-layers 99999999999999999999999 --num-experts 100000 --ffn-hidden-size 100000000000000000000"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("error:")]
+    assert lines == [
+        "error: --ffn-hidden-size: 100000000000000000000 is out of range: must be <= 9007199254740992 "
+        "(at most 2^53, the largest integer a float holds exactly) [out-of-range]",
+        "error: --num-experts: 100000 is out of range: must be <= 16384 (the estimator builds every expert's "
+        "weights; more than 16384 experts is no model anyone trains) [out-of-range]",
+        "error: --num-layers: 99999999999999999999999 is out of range: must be <= 16384 (the estimator builds "
+        "every layer of the model; more than 16384 layers is no model anyone trains) [out-of-range]",
+    ]

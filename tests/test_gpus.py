@@ -223,3 +223,13 @@ def test_format_bytes():
     assert format_bytes(0) == "0.00 GiB"
     assert format_bytes(2 * TiB) == "2048.00 GiB"
     assert parse_bytes(format_bytes(80 * GiB)) == 80 * GiB
+
+
+@pytest.mark.parametrize("text", ["1e400", "1e30GiB", "1048577TiB"])
+def test_byte_sizes_beyond_one_exbibyte_are_refused(text):
+    with pytest.raises(InvalidInput) as raised:
+        parse_bytes(text, location="--budget")
+    (problem,) = raised.value.problems
+    assert (problem.code, problem.location) == ("invalid-budget", "--budget")
+    assert problem.message == f"{text!r} is more than 1 EiB, more memory than any device has"
+    assert parse_bytes("1048576TiB") == 1 << 60

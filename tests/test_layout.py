@@ -61,3 +61,22 @@ def test_layout_syntax_expands_groups_and_repeats():
 def test_layout_syntax_errors(text, message):
     with pytest.raises(LayoutSyntaxError, match=message.replace("(", r"\(").replace("*", r"\*")):
         parse_layout(text)
+
+
+def test_interleaved_peak_of_many_microbatches_is_simulated_on_an_equivalent_count():
+    # The schedule repeats every group of microbatches: removing whole periods from the middle
+    # keeps every live count, so a global batch of 10^12 samples costs what a small one does.
+    from megatron_estimator.layout import _equivalent_microbatches, _interleaved_peak
+
+    for pp, vpp, group in ((2, 2, 1), (4, 2, 4), (3, 3, 2), (4, 4, 5)):
+        for rank in range(pp):
+            for extra in (0, 1):
+                for m in range(1, 70):
+                    weights = (1,) * (vpp - 1) + (3,)
+                    small = _equivalent_microbatches(pp, rank, vpp, m, group, extra)
+                    assert small <= m
+                    assert _interleaved_peak(pp, rank, vpp, m, group, weights, extra) == \
+                        _interleaved_peak(pp, rank, vpp, small, group, weights, extra)
+    assert _equivalent_microbatches(4, 0, 2, 10**12, 4, 0) == 4 * 5
+    assert microbatches_in_flight(4, 0, 2, 10**12, 4).chunk_microbatches == \
+        microbatches_in_flight(4, 0, 2, 4 * 5, 4).chunk_microbatches

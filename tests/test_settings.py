@@ -354,7 +354,8 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
-    settings, problems = load({}, {"MEGATRON_ESTIMATOR_BUGDET": "80GiB", "MEGATRON_LM_HOME": "/opt"}, repo)
+    settings, problems = load({}, {"MEGATRON_ESTIMATOR_BUGDET": "80GiB", "MEGATRON_LM_HOME": "/opt",
+                                   "MEGATRON_ESTIMATOR_DEBUG": "1"}, repo)   # the CLI's traceback switch
     assert codes(problems) == [("unknown-setting", "MEGATRON_ESTIMATOR_BUGDET")]
     assert "did you mean MEGATRON_ESTIMATOR_BUDGET?" in problems[0].message
 

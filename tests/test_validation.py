@@ -160,3 +160,20 @@ def test_schema_fast_path_agrees_with_jsonschema():
         for value in samples:
             if _plainly_valid(value, schema):
                 jsonschema.validate(value, schema)   # must not raise
+
+
+def test_distributed_optimizer_instances_must_split_the_data_parallel_groups():
+    base = TINY_GPT + " --global-batch-size 16 --num-distributed-optimizer-instances "
+    assert codes(base + "2 --use-distributed-optimizer", 8) == []
+    assert codes(base + "2", 8) == [("dist-opt-instances-need-dist-opt", "--num-distributed-optimizer-instances")]
+    problems = problems_of(base + "3 --use-distributed-optimizer", 8)
+    assert [(p.code, p.location) for p in problems] == [
+        ("dist-opt-instances-not-dividing-dp", "--num-distributed-optimizer-instances")]
+    assert problems[0].message.startswith("dp(8) x cp(1) = 8 is not divisible by --num-distributed-optimizer-instances 3")
+    # MoE: the expert data-parallel group splits too (world 8 / (etp 1 x ep 8 x pp 1) = 1).
+    moe = base + "2 --use-distributed-optimizer --num-experts 8 --expert-model-parallel-size 8"
+    problems = problems_of(moe, 8)
+    assert [(p.code, p.location) for p in problems] == [
+        ("dist-opt-instances-not-dividing-edp", "--num-distributed-optimizer-instances")]
+    assert "world(8) / (etp(1) x ep(8) x pp(1)) = 1 is not divisible" in problems[0].message
+    assert codes(moe.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 4"), 8) == []

@@ -394,6 +394,40 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str])
 
 
 @rule
+def distributed_optimizer_instances(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+    instances = ns.get("num_distributed_optimizer_instances")
+    if not isinstance(instances, int) or isinstance(instances, bool) or instances <= 1:
+        return
+    where = raw.location("num_distributed_optimizer_instances")
+    # megatron/core/distributed/distributed_data_parallel.py: "Partial DistOpt cannot be used
+    # without DistOpt".
+    if not ns.get("use_distributed_optimizer"):
+        yield Problem("dist-opt-instances-need-dist-opt", where,
+                      f"--num-distributed-optimizer-instances {instances} needs --use-distributed-optimizer")
+    dests = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+             "expert_model_parallel_size")
+    if not _ints(ns, "world_size", *dests):
+        return
+    tp, pp, cp, ep = (ns[d] for d in dests)
+    etp = ns.get("expert_tensor_parallel_size") or tp
+    if ns["world_size"] % (tp * pp * cp):
+        return                                  # parallel_product explains the layout
+    # megatron/core/parallel_state.py initialize_model_parallel: the data-parallel group (with
+    # CP) splits into equal optimizer instances, and so does the expert data-parallel group.
+    dp = ns["world_size"] // (tp * pp * cp)
+    if (dp * cp) % instances:
+        yield Problem("dist-opt-instances-not-dividing-dp", where,
+                      f"dp({dp}) x cp({cp}) = {dp * cp} is not divisible by --num-distributed-optimizer-instances "
+                      f"{instances}; Megatron splits the data-parallel group into equal optimizer instances")
+    if ns.get("num_experts") and isinstance(etp, int) and etp > 0 and not ns["world_size"] % (etp * ep * pp):
+        edp = ns["world_size"] // (etp * ep * pp)
+        if edp % instances:
+            yield Problem("dist-opt-instances-not-dividing-edp", where,
+                          f"the expert data-parallel size world({ns['world_size']}) / (etp({etp}) x ep({ep}) x "
+                          f"pp({pp})) = {edp} is not divisible by --num-distributed-optimizer-instances {instances}")
+
+
+@rule
 def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
     if ns.get("tp_comm_overlap") and not ns.get("sequence_parallel"):
         yield Problem("tp-comm-overlap-needs-sp", raw.location("tp_comm_overlap"),

@@ -108,8 +108,10 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs) -> list[Prob
         elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
                      "exclusiveMaximum": "<"}[error.validator]
+            reason = properties.get(dest, {}).get("description") if error.validator == "maximum" else None
             problems.append(Problem("out-of-range", location,
-                                    f"{_describe(value)} is out of range: must be {bound} {error.validator_value}"))
+                                    f"{_describe(value)} is out of range: must be {bound} {error.validator_value}"
+                                    + (f" ({reason})" if reason else "")))
         elif error.validator == "type":
             expected = error.validator_value
             expected = " or ".join(t for t in expected if t != "null") if isinstance(expected, list) else expected
