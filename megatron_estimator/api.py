@@ -199,7 +199,11 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                                 flash_attn=overheads.flash_attn,
                                 job_environment=inp.job_environment)
     except InvalidInput as err:
-        return Verdict(inp.source, problems=tuple(problems) + tuple(p for p in err.problems if p not in problems))
+        # A key the input already reported (missing, mistyped) makes validation miss it too:
+        # one message per problem, the input's own.
+        reported = {p.location for p in problems}
+        return Verdict(inp.source, problems=tuple(problems) + tuple(
+            p for p in err.problems if p not in problems and p.location not in reported))
     if problems:
         # The input had problems of its own (an unknown flag, a bad value): report them, with
         # whatever validation found in the rest, instead of an estimate of something else.

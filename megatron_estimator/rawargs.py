@@ -10,7 +10,7 @@ Defaults are not filled in here; validation and configuration do that from the f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class RawSetting:
 class RawArgs:
     settings: Mapping[str, RawSetting] = field(default_factory=dict)
     source: str = "command line"
+    # Where a setting that was not given (or not usable) would go, in the input's own terms
+    # (``train.yaml:3 model.hidden_size``); None: the flag (``--hidden-size``).
+    absent: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
 
     def given(self, dest: str) -> bool:
         return dest in self.settings
@@ -36,10 +39,12 @@ class RawArgs:
         setting = self.settings.get(dest)
         if setting is not None:
             return setting.location
-        return fallback if fallback is not None else "--" + dest.replace("_", "-")
+        if fallback is not None:
+            return fallback
+        return self.absent(dest) if self.absent is not None else "--" + dest.replace("_", "-")
 
     def merged(self, other: "RawArgs") -> "RawArgs":
         """These settings with ``other``'s laid over them (``other`` wins)."""
         settings = dict(self.settings)
         settings.update(other.settings)
-        return RawArgs(settings, other.source if other.settings else self.source)
+        return RawArgs(settings, other.source if other.settings else self.source, other.absent or self.absent)

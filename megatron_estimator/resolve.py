@@ -90,7 +90,9 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
         problems.add("unknown-vocab-size", where,
                      f"cannot tell the vocabulary size of tokenizer {derived.get('tokenizer_type')}"
                      + (f" ({derived.get('tokenizer_model')})" if derived.get("tokenizer_model") else "")
-                     + ": its files are not on this machine; pass --vocab-size")
+                     + ": its files are not on this machine; "
+                     + ("pass --vocab-size" if raw.location("vocab_size").startswith("--")
+                        else f"set vocab_size ({raw.location('vocab_size')})"))
     problems.raise_if_any()
     if derived.get("_tokenizer_type_defaulted") and vocab.source.startswith("GPT2BPETokenizer"):
         notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")

@@ -380,3 +380,29 @@ def test_env_var_in_a_choice_is_a_problem(tmp_path):
     assert codes_at(load.problems) == [("env-not-expanded", f"{path}:6 language_model.normalization")]
     assert "so normalization would be that string, not one of LayerNorm, RMSNorm (NORM is not set here)" \
         in load.problems[0].message
+
+
+def test_settings_the_file_lacks_are_located_in_the_file(tmp_path):
+    from megatron_estimator import api
+
+    path = tmp_path / "gpt.yaml"
+    path.write_text("language_model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 4\n"
+                    "  activation_func: gelu\nmodel_parallel:\n  tensor_model_parallel_size: 1\n"
+                    "  pipeline_model_parallel_size: 1\n  context_parallel_size: 1\n"
+                    "  expert_model_parallel_size: 1\n  sequence_parallel: false\n  tp_comm_overlap: false\n"
+                    "  fp16: false\n  bf16: true\nmicro_batch_size: 1\nseq_length: 32\n"
+                    "tokenizer_type: GPTSentencePieceTokenizer\n")
+    inp, problems = api.load_input(str(path), environ={})
+    verdict = api.evaluate(inp, world_size=1, problems=problems, environ={})
+    assert [(p.code, p.location, p.message) for p in verdict.problems] == [
+        ("missing-required", f"{path}:1 max_position_embeddings",
+         "max_position_embeddings is required (Megatron's --max-position-embeddings)"),
+    ]
+    path.write_text(path.read_text() + "max_position_embeddings: 32\n")
+    inp, problems = api.load_input(str(path), environ={})
+    verdict = api.evaluate(inp, world_size=1, problems=problems, environ={})
+    assert [(p.code, p.location, p.message) for p in verdict.problems] == [
+        ("unknown-vocab-size", f"{path}:17 tokenizer_type",
+         "cannot tell the vocabulary size of tokenizer GPTSentencePieceTokenizer: its files are not on this "
+         f"machine; set vocab_size ({path}:1 vocab_size)"),
+    ]

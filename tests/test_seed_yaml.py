@@ -391,3 +391,21 @@ def test_mapped_dests_are_megatron_flags():
     produced = set(seed_yaml._SAME_VALUE.values()) | {"group_query_attention", "num_query_groups", "swiglu",
                                                       "squared_relu", "bf16", "fp16", "fp8"}
     assert produced - dests == set()
+
+
+def test_a_missing_or_mistyped_key_is_one_problem_at_its_key(tmp_path):
+    # The file's own problem names the key; validation's "required" for the same setting is
+    # not repeated, and a setting the format does not require is located at its key too.
+    from megatron_estimator import api
+
+    path = tmp_path / "train.yaml"
+    path.write_text("model:\n  num_layers: abc\n  num_attention_heads: 32\n  max_position_embeddings: 4096\n"
+                    "  vocab_size: 32000\nparallelism:\n  tensor_model_parallel_size: 1\n  pipeline_model_parallel_size: 1\n"
+                    "training:\n  micro_batch_size: 1\nworld_size: 8\n")
+    inp, problems = api.load_input(str(path))
+    verdict = api.evaluate(inp, problems=problems, environ={})
+    assert [(p.code, p.location, p.message) for p in verdict.problems] == [
+        ("missing-key", f"{path}:1 model.hidden_size", "required key hidden_size is missing from model"),
+        ("wrong-type", f"{path}:2 model.num_layers", "num_layers must be an integer, not the string 'abc'"),
+        ("missing-key", f"{path}:9 training.seq_length", "required key seq_length is missing from training"),
+    ]

@@ -77,6 +77,7 @@ _RENAMED = {
     "fp8_param": "fp8_param_gather",
     "fp4_param": "fp4_param_gather",
 }
+_FIELD_OF_DEST = {dest: field_name for field_name, dest in _RENAMED.items()}
 # Read by core_transformer_config_from_yaml from language_model but not a TransformerConfig field.
 _EXTRA_LANGUAGE_MODEL = ("bias_swiglu_fusion",)
 # Section fields that Megatron overwrites (validate_yaml, core_transformer_config_from_yaml):
@@ -199,7 +200,7 @@ def load_megatron_yaml(path: str | Path, environ: Mapping[str, str] | None = Non
     reader.read()
     problems = list(doc.problems) + [p for _, p in sorted(reader.problems, key=lambda item: item[0])]
     notices = [p for _, p in sorted(reader.notices, key=lambda item: item[0])]
-    return MegatronYamlLoad(RawArgs(reader.settings, name), tuple(problems), tuple(notices))
+    return MegatronYamlLoad(RawArgs(reader.settings, name, reader.absent_location), tuple(problems), tuple(notices))
 
 
 class _Reader:
@@ -224,6 +225,20 @@ class _Reader:
 
     def put(self, dest: str, value: Any, node: YamlNode, key_path: str) -> None:
         self.settings[dest] = RawSetting(dest, value, self.loc(node, key_path))
+
+    def absent_location(self, dest: str) -> str:
+        """Where a Megatron setting that the file does not give (or gives unusably) goes: its
+        key in its section (or at the top level), as the file's own problems name it."""
+        key = _FIELD_OF_DEST.get(dest, dest)
+        root = self.root
+        for section in SECTIONS:
+            if key in (self.keys.language_model if section == LANGUAGE_MODEL else self.keys.model_parallel):
+                node = root.entries.get(section) if root.is_mapping else None
+                if node is None or not node.is_mapping:
+                    return self.loc(node or root, section)
+                return self.loc(node.entries.get(key, node), f"{section}.{key}")
+        node = root.entries.get(key) if root.is_mapping else None
+        return self.loc(node or root, key)
 
     # the walk
     def read(self) -> None:

@@ -125,6 +125,8 @@ _SAME_VALUE = {
     ("training", "recompute_modules"): "recompute_modules",
 }
 
+_KEY_OF_DEST = {dest: key for key, dest in _SAME_VALUE.items()}
+
 # Seed-format defaults that differ from Megatron's flag defaults: (section, key, dest, value).
 SEED_DEFAULTS = (
     ("model", "normalization", "normalization", "RMSNorm"),          # Megatron: LayerNorm
@@ -179,7 +181,8 @@ def load_seed_yaml(path: str | Path) -> SeedLoad:
         world_size_location = key_location(name, node.line, "world_size")
         if ("world_size",) not in bad_paths:
             world_size = _as_int(node.value)
-    return SeedLoad(RawArgs(mapper.settings, name), world_size, world_size_location, tuple(problems))
+    return SeedLoad(RawArgs(mapper.settings, name, mapper.absent_location), world_size, world_size_location,
+                    tuple(problems))
 
 
 # --- schema errors -> problems ---------------------------------------------------------------
@@ -350,6 +353,19 @@ class _Mapper:
 
     def put(self, dest: str, value: Any, location: str) -> None:
         self.settings[dest] = RawSetting(dest, value, location)
+
+    def absent_location(self, dest: str) -> str:
+        """Where a Megatron setting that this file does not give would go: its key (where a
+        problem about it is already reported), else its section, else the flag."""
+        key = _KEY_OF_DEST.get(dest)
+        if key is None:
+            return "--" + dest.replace("_", "-")
+        section, name = key
+        section_node = self.root.entries.get(section)
+        if section_node is None or section_node.entries is None:
+            return key_location(self.name, section_node.line if section_node else self.root.line, section)
+        node = section_node.entries.get(name)
+        return key_location(self.name, (node or section_node).line, f"{section}.{name}")
 
     def map_all(self) -> None:
         for (section, key), dest in _SAME_VALUE.items():

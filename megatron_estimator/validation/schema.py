@@ -122,6 +122,9 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs) -> list[Prob
     for dest in schema.get("required", ()):
         if namespace.get(dest) is None:
             flag = "--" + dest.replace("_", "-")
+            location = raw.location(dest)
             message = REQUIRED_MESSAGES.get(dest, f"{flag} is required")
-            problems.append(Problem("missing-required", raw.location(dest), message))
+            if not location.startswith("--"):          # a file's key: say the key, then the flag
+                message = f"{dest} is required (Megatron's {flag})"
+            problems.append(Problem("missing-required", location, message))
     return problems
