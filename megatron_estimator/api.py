@@ -32,6 +32,9 @@ class TrainingInput:
     environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
     notes: tuple[str, ...] = ()
     job_environment: bool = False      # the environment is the launched job's (run, launch scripts)
+    # A launch whose world size cannot be told: the problem to report unless the caller gives
+    # one (a launch is never estimated on a guessed world).
+    world_size_unknown: Problem | None = None
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -97,7 +100,7 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
-    from .launch import parse_launch_command
+    from .launch import parse_launch_command, unknown_world_size_problem
 
     env = dict(os.environ if environ is None else environ)
     command, problems = parse_launch_command(list(argv), env)
@@ -106,7 +109,8 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
                                           locations=command.megatron_locations, source=command.script)
     inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
-                  environment=command.environment_dict, job_environment=True)
+                  environment=command.environment_dict, job_environment=True,
+                  world_size_unknown=unknown_world_size_problem(command) if command.world_size is None else None)
     return inp, tuple(problems) + flag_problems, command
 
 
@@ -163,8 +167,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         run_env = _environment(env, script.environment_dict)
         inp, flag_problems = input_from_flags(script.command.megatron_argv, environ=run_env,
                                               locations=script.command.megatron_locations, source=name)
+        unknown = None
+        if script.world_size is None:
+            unknown = Problem("unknown-world-size", script.location,
+                              f"the world size is not known ({script.world_size_source}); pass --world-size")
         return (replace(inp, world_size=script.world_size, world_size_source=script.world_size_source,
-                        environment=script.environment_dict, job_environment=True),
+                        environment=script.environment_dict, job_environment=True, world_size_unknown=unknown),
                 tuple(problems) + flag_problems)
     if kind == "hf-config":
         from .hf import load_hf_config
@@ -191,6 +199,8 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
+    if world_size is None and inp.world_size_unknown is not None and inp.world_size_unknown not in problems:
+        problems = tuple(problems) + (inp.world_size_unknown,)
     overheads = overheads or Overheads()
     try:
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,

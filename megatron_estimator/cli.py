@@ -246,7 +246,7 @@ def cmd_estimate(ns, environ) -> int:
 
 def cmd_run(ns, environ) -> int:
     from .api import evaluate, input_from_launch
-    from .launch import exec_launch, resolve_world_size, unknown_world_size_problem
+    from .launch import exec_launch, resolve_world_size
 
     argv = _strip_separator(ns.launch)
     if not argv:
@@ -256,8 +256,6 @@ def cmd_run(ns, environ) -> int:
         return failed
     inp, problems, command = input_from_launch(argv, environ=environ)
     world, world_source = resolve_world_size(command, ns.world_size)
-    if world is None and command.script is not None and not problems:
-        problems = tuple(problems) + (unknown_world_size_problem(command),)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
@@ -324,7 +322,7 @@ def cmd_check(ns, environ) -> int:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
         inp, file_problems = input_from_file(path, environ=environ)
-        world, world_source = (ns.world_size, "--world-size") if ns.world_size else (None, None)
+        world, world_source = (ns.world_size, "--world-size") if ns.world_size is not None else (None, None)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, **_estimate_options(settings)))
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}

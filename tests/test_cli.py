@@ -307,3 +307,20 @@ def test_absurd_sizes_are_range_problems_not_crashes():
         "error: --num-layers: 99999999999999999999999 is out of range: must be <= 16384 (the estimator builds "
         "every layer of the model; more than 16384 layers is no model anyone trains) [out-of-range]",
     ]
+
+
+def test_check_never_guesses_a_scripts_world_size(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text("#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+                    "torchrun --nproc_per_node=gpu pretrain_gpt.py " + TINY_GPT + "\n")
+    result = run(["check", "--budget", "80GiB", str(path)])
+    assert result.returncode == 2
+    assert (f"error: {path}:3: the world size is not known (torchrun --nproc_per_node gpu ({path}:3): one process "
+            "per GPU of the machine it runs on, which the environment does not say (no CUDA_VISIBLE_DEVICES or "
+            "SLURM_GPUS_ON_NODE)); pass --world-size [unknown-world-size]") in result.stdout
+    given = run(["check", "--budget", "80GiB", "--world-size", "8", "--format", "json", str(path)])
+    assert given.returncode == 0, given.stdout
+    assert json.loads(given.stdout)["world_size"] == 8
+    zero = run(["check", "--budget", "80GiB", "--world-size", "0", str(path)])
+    assert zero.returncode == 2
+    assert "error: --world-size: world size 0 must be at least 1 [out-of-range]" in zero.stdout

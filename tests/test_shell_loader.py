@@ -166,9 +166,19 @@ def test_sbatch_headers_give_srun_its_world_size():
     assert launch.environment == (ScriptEnvVar("NVTE_FUSED_ATTN", "0", f"{path}:29"),)
 
 
-def test_the_callers_allocation_wins_over_the_headers():
-    launch, problems = load("job.sbatch", {"SLURM_NTASKS": "32"})
+def test_the_headers_win_over_the_checking_shells_allocation(tmp_path):
+    # Slurm sets SLURM_* in the job from the script's #SBATCH headers; the checking shell's own
+    # (an salloc session, a CI runner) do not describe the job.
+    path = fixture("job.sbatch")
+    launch, problems = load("job.sbatch", {"SLURM_NTASKS": "32", "SLURM_NNODES": "4"})
     assert problems == ()
+    assert launch.world_size == 16
+    assert launch.world_size_source.startswith(f"srun with SLURM_NTASKS=16 from #SBATCH --nodes=2 ({path}:3)")
+    # Without headers, the environment is all there is.
+    plain = script(tmp_path, """
+        srun python pretrain_gpt.py --num-layers 2
+        """)
+    launch, problems = load_launch_script(plain, {"SLURM_NTASKS": "32"})
     assert (launch.world_size, launch.world_size_source) == (32, "srun with SLURM_NTASKS=32 in the environment")
 
 

@@ -4007,10 +4007,11 @@ def load_launch_script(
     sbatch, sbatch_problems = _read_sbatch(text, display)
     loader.problems.extend(sbatch_problems)
     variables = {name: Var((_lit(value, Origin(display, 0)),), True, False, None) for name, value in environ.items()}
+    # Slurm sets SLURM_* in the job from the script's own #SBATCH headers: they describe the
+    # job where the checking shell's SLURM_* (an salloc session, a CI runner) do not.
     for name, (value, phrase) in sbatch.slurm_environment().items():
-        if name not in variables:
-            variables[name] = Var((_lit(value, Origin(display, 0)),), True, False, None)
-            loader.env_phrases[name] = phrase
+        variables[name] = Var((_lit(value, Origin(display, 0)),), True, False, None)
+        loader.env_phrases[name] = phrase
     at_args = Origin(display, 0)
     state = _State(variables, [Field((_lit(a, at_args),)) for a in script_args], {}, cwd)
     interp = _Interp(loader, state)
