@@ -57,9 +57,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     config files it is only the checking shell's, so environment rules become notes."""
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
-    namespace = dict(flag_table().defaults())
+    defaults = flag_table().defaults()
+    namespace = dict(defaults)
     namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
-    problems.extend(check_config_schema(namespace, raw))
+    unusable: set[str] = set()
+    problems.extend(check_config_schema(namespace, raw, unusable))
 
     world, source = resolve_world_size(raw, world_size, world_size_source)
     if world is None:
@@ -69,20 +71,29 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     if world < 1:
         problems.add("out-of-range", source, f"world size {world} must be at least 1")
         problems.raise_if_any()
-    if problems:
-        # Types and ranges first: the derivations below assume them.
-        problems.raise_if_any()
+    typed = not problems
+    for dest in unusable:
+        # A value of the wrong type or range is set aside (Megatron's default stands in), so
+        # that the rules below still check everything else: every problem at once.
+        namespace[dest] = defaults.get(dest)
 
     derived, notes = derive_namespace(namespace, world)
     derived["world_size_source"] = source
     derived["_compute_capability"] = compute_capability
     derived["_flash_attn"] = flash_attn
-    rule_problems = check_rules(derived, raw, environ)
+    try:
+        rule_problems = check_rules(derived, raw, environ)
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):
+        if typed:
+            raise
+        rule_problems = []        # a rule tripped on a value set aside: its own problem is reported
     if not job_environment:
         for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:
             rule_problems.remove(problem)
             notes.append(f"job environment (not checked here): {problem.message}")
     problems.extend(rule_problems)
+    if not typed:
+        problems.raise_if_any()     # the vocabulary below needs the types
 
     vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1)
     if vocab is None:

@@ -177,3 +177,25 @@ def test_distributed_optimizer_instances_must_split_the_data_parallel_groups():
         ("dist-opt-instances-not-dividing-edp", "--num-distributed-optimizer-instances")]
     assert "world(8) / (etp(1) x ep(8) x pp(1)) = 1 is not divisible" in problems[0].message
     assert codes(moe.replace("--expert-model-parallel-size 8", "--expert-model-parallel-size 4"), 8) == []
+
+
+def test_a_mistyped_value_does_not_hide_the_other_problems():
+    from megatron_estimator import api
+
+    flags = ("--num-layers abc --hidden-size 4096 --num-attention-heads 30 --tensor-model-parallel-size 3 "
+             "--seq-length 4096 --max-position-embeddings 2048 --micro-batch-size 1").split()
+    inp, problems = api.input_from_flags(flags, environ={})
+    verdict = api.evaluate(inp, world_size=8, problems=problems, environ={})
+    assert [(p.code, p.location) for p in verdict.problems] == [
+        ("invalid-value", "--num-layers"),
+        ("world-size-not-divisible", "--tensor-model-parallel-size"),
+        ("heads-not-dividing-hidden", "--num-attention-heads"),
+        ("seq-length-exceeds-positions", "--seq-length"),
+    ]
+    # The same from a mapping, where the type error is the schema's.
+    mapping = {"num_layers": "abc", "hidden_size": 4096, "num_attention_heads": 30, "tensor_model_parallel_size": 3,
+               "seq_length": 4096, "max_position_embeddings": 2048, "micro_batch_size": 1}
+    inp, problems = api.input_from_mapping(mapping)
+    verdict = api.evaluate(inp, world_size=8, problems=problems, environ={})
+    assert [p.code for p in verdict.problems] == [
+        "wrong-type", "world-size-not-divisible", "heads-not-dividing-hidden", "seq-length-exceeds-positions"]

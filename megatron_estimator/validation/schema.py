@@ -86,8 +86,9 @@ def _plainly_valid(value: Any, schema: Mapping[str, Any]) -> bool:
     return True
 
 
-def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs) -> list[Problem]:
-    """Problems with the types, ranges and choices of the settings in ``namespace``."""
+def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:
+    """Problems with the types, ranges and choices of the settings in ``namespace``; the dests
+    whose values are unusable go into ``bad_dests`` when given."""
     schema = load_schema("config.schema.json")
     properties = schema["properties"]
     document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
@@ -99,6 +100,8 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs) -> list[Prob
         if error.validator == "required":
             continue  # reported below, one message per missing setting
         dest = str(error.path[0]) if error.path else ""
+        if dest and bad_dests is not None:
+            bad_dests.add(dest)
         location = raw.location(dest) if dest else raw.source
         value = namespace.get(dest)
         if error.validator == "enum":
