@@ -238,21 +238,39 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None) -> tupl
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
              environ: Mapping[str, str] | None = None, overheads=None) -> Estimate:
     """Estimate per-stage memory; raises InvalidInput with every problem found."""
-    budget_bytes, budget_source = _budget(budget)
+    argument_problems: list[Problem] = []
+    try:
+        budget_bytes, budget_source = _budget(budget)
+    except InvalidInput as err:
+        argument_problems += err.problems
+        budget_bytes, budget_source = None, None
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        argument_problems.append(Problem("invalid-world-size", "world_size",
+                                         f"world_size must be a positive integer, not {world_size!r}"))
+        world_size = None
     inp, problems = load_input(config, environ=environ)
     verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
                        budget=budget_bytes, budget_source=budget_source, overheads=overheads,
-                       environ=environ, problems=problems)
+                       environ=environ, problems=tuple(argument_problems) + tuple(problems))
     if verdict.estimate is None:
         raise InvalidInput(verdict.problems)
     return verdict.estimate
 
 
 def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
+    """Bytes (an int) or a size (``"80GiB"``); InvalidInput when it is neither or not positive."""
     if budget is None:
         return None, None
     if isinstance(budget, int) and not isinstance(budget, bool):
+        if budget <= 0:
+            raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget} bytes must be positive")])
         return budget, f"{budget} bytes"
     from .gpus import parse_bytes
 
-    return parse_bytes(str(budget), location="budget"), f"budget {budget}"
+    if isinstance(budget, bool) or not isinstance(budget, (str, float)):
+        raise InvalidInput([Problem("invalid-budget", "budget",
+                                    f"budget must be bytes (an int) or a size such as '80GiB', not {budget!r}")])
+    size = parse_bytes(str(budget), location="budget")
+    if size <= 0:
+        raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget!r} must be more than 0 bytes")])
+    return size, f"budget {budget}"

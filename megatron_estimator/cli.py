@@ -205,6 +205,16 @@ def _settings(ns: argparse.Namespace, environ, stream):
     return settings, EXIT_INVALID
 
 
+def _with_settings_problems(verdict, problems):
+    """The verdict on an input, refused with the bad settings' problems ahead of its own: every
+    problem at once (the settings fell back to their next source to check the input)."""
+    from .results import Verdict
+
+    if not problems:
+        return verdict
+    return Verdict(verdict.source, problems=tuple(problems) + tuple(verdict.problems), notes=verdict.notes)
+
+
 def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
     from .errors import Problem
 
@@ -223,9 +233,7 @@ def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
 def cmd_estimate(ns, environ) -> int:
     from .api import evaluate, input_from_flags, input_from_model
 
-    settings, failed = _settings(ns, environ, sys.stdout)
-    if failed is not None:
-        return failed
+    settings, settings_problems = _options(ns, environ)
     args = _strip_separator(ns.megatron_args)
     if ns.hf_config or ns.model:
         inp, problems = input_from_model(args, hf_config=ns.hf_config, model=ns.model, environ=environ)
@@ -240,6 +248,7 @@ def cmd_estimate(ns, environ) -> int:
         problems = tuple(problems) + tuple(env_problems)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
+    verdict = _with_settings_problems(verdict, settings_problems)
     _emit(_render([verdict], settings.format), sys.stdout)
     return verdict.exit_code
 
@@ -251,13 +260,12 @@ def cmd_run(ns, environ) -> int:
     argv = _strip_separator(ns.launch)
     if not argv:
         raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
-    settings, failed = _settings(ns, environ, sys.stderr)
-    if failed is not None:
-        return failed
+    settings, settings_problems = _options(ns, environ)
     inp, problems, command = input_from_launch(argv, environ=environ)
     world, world_source = resolve_world_size(command, ns.world_size)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
+    verdict = _with_settings_problems(verdict, settings_problems)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command, exec_launch)
     _emit(_render([verdict], settings.format), sys.stderr)
@@ -310,12 +318,13 @@ def _not_a_training_input(path: str) -> str | None:
 
 def cmd_check(ns, environ) -> int:
     from .api import evaluate, input_from_file
+    from .results import Verdict
 
-    settings, failed = _settings(ns, environ, sys.stdout)
-    if failed is not None:
-        return failed
+    settings, settings_problems = _options(ns, environ)
     fmt = settings.format
-    verdicts = []
+    # Bad settings are reported first, and the files are still checked (with each bad setting's
+    # next source): every problem at once.
+    verdicts = [Verdict("megatron-estimator settings", problems=tuple(settings_problems))] if settings_problems else []
     for path in ns.files:
         skipped = _not_a_training_input(path) if ns.skip_unknown else None
         if skipped is not None:

@@ -254,7 +254,6 @@ class MegatronMemory:
                 environ: Mapping[str, str] | None = None):
         """The ``megatron_estimator.results.Verdict`` for ``config``; never fails the test."""
         from .api import evaluate, load_input
-        from .results import Verdict
 
         resolved, settings, problems = self._resolve(budget, environ)
         inp, input_problems = load_input(config, environ=environ)
@@ -264,12 +263,13 @@ class MegatronMemory:
 
             problems += (Problem("invalid-world-size", "world_size argument",
                                  f"world_size must be an int, not {type(world_size).__name__} {world_size!r}"),)
-        if problems:
-            return Verdict(inp.source, problems=problems)
-        return evaluate(inp, world_size=world_size,
-                        world_size_source="world_size argument" if world_size is not None else None,
-                        budget=resolved.bytes, budget_source=resolved.source,
-                        overheads=_overheads(settings, resolved.gpu), environ=environ)
+            world_size = None
+        # evaluate reports the input's problems with whatever validation finds in the rest.
+        verdict = evaluate(inp, world_size=world_size,
+                           world_size_source="world_size argument" if world_size is not None else None,
+                           budget=resolved.bytes, budget_source=resolved.source,
+                           overheads=_overheads(settings, resolved.gpu), environ=environ, problems=problems)
+        return verdict
 
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                  environ: Mapping[str, str] | None = None):

@@ -58,3 +58,24 @@ def test_import_is_cheap():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={"PYTHONPATH": str(REPO)}).stdout
     assert out.strip() == "['megatron_estimator']"
+
+
+def test_bad_arguments_are_reported_with_the_configurations_problems():
+    import megatron_estimator as me
+
+    bad_flags = ("--num-layers 30 --hidden-size 4096 --num-attention-heads 32 --tensor-model-parallel-size 4 "
+                 "--pipeline-model-parallel-size 4 --seq-length 4096 --max-position-embeddings 2048 "
+                 "--micro-batch-size 1 --bf16").split()
+    with pytest.raises(me.InvalidInput) as raised:
+        me.estimate(bad_flags, world_size=12, budget="eighty")
+    assert [(p.code, p.location) for p in raised.value.problems] == [
+        ("invalid-budget", "budget"), ("world-size-not-divisible", "--tensor-model-parallel-size"),
+        ("seq-length-exceeds-positions", "--seq-length"), ("layers-not-divisible-by-pp", "--num-layers")]
+    for world_size, budget, message in (("8", None, "world_size must be a positive integer, not '8'"),
+                                        (True, None, "world_size must be a positive integer, not True"),
+                                        (0, None, "world_size must be a positive integer, not 0"),
+                                        (None, 0, "budget 0 bytes must be positive"),
+                                        (None, "0GiB", "budget '0GiB' must be more than 0 bytes")):
+        with pytest.raises(me.InvalidInput) as raised:
+            me.estimate(bad_flags, world_size=world_size, budget=budget)
+        assert raised.value.problems[0].message == message

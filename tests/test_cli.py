@@ -324,3 +324,10 @@ def test_check_never_guesses_a_scripts_world_size(tmp_path):
     zero = run(["check", "--budget", "80GiB", "--world-size", "0", str(path)])
     assert zero.returncode == 2
     assert "error: --world-size: world size 0 must be at least 1 [out-of-range]" in zero.stdout
+
+
+def test_a_bad_setting_is_reported_with_the_configurations_problems():
+    result = run(["estimate", "--budget", "eighty", "--world-size", "2", "--"] + flags(TINY_GPT, "--global-batch-size 3"))
+    assert result.returncode == 2
+    codes = [line.rsplit("[", 1)[-1].rstrip("]") for line in result.stdout.splitlines() if "error:" in line]
+    assert codes == ["invalid-setting", "global-batch-not-divisible"]

@@ -495,3 +495,17 @@ def test_megatron_estimator_is_imported_only_when_used(pytester, monkeypatch, us
         assert {"megatron_estimator.api", "megatron_estimator.settings", "megatron_estimator.memory.model"} <= loaded
     else:
         assert loaded == {"megatron_estimator", "megatron_estimator.pytest_plugin"}
+
+
+def test_an_unknown_flag_does_not_hide_megatrons_own_checks(pytester):
+    bad = SMALL + ["--bogus-flag", "--global-batch-size", "7"]
+    pytester.makepyfile(f"""
+        def test_assert_fits(megatron_memory):
+            megatron_memory.assert_fits({bad!r}, world_size=2, budget="80GiB")
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = output(result)
+    assert "invalid Megatron configuration (command line): 2 problems" in text
+    assert "--bogus-flag: unknown flag" in text
+    assert "[global-batch-not-divisible]" in text
