@@ -135,9 +135,13 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping") -> 
     return TrainingInput(RawArgs(out, source=source), source=source), problems.problems
 
 
-def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None
+def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
+                    script_args: Sequence[str] | None = None, world_size_given: bool = False
                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
-    """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json."""
+    """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json.
+
+    For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
+    ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
     from .loaders.detect import detect_format
 
     name = str(path)
@@ -161,12 +165,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     if kind == "shell":
         from .loaders.shell import load_launch_script
 
-        script, problems = load_launch_script(path, env)
+        script, problems = load_launch_script(path, env, script_args=script_args, world_size_given=world_size_given)
         if script is None or script.command is None or script.command.script is None:
             return TrainingInput(RawArgs(), source=name), tuple(problems)
         run_env = _environment(env, script.environment_dict)
-        inp, flag_problems = input_from_flags(script.command.megatron_argv, environ=run_env,
-                                              locations=script.command.megatron_locations, source=name)
+        inp, flag_problems = input_from_flags(script.megatron_argv, environ=run_env,
+                                              locations=script.megatron_locations, source=name)
         unknown = None
         if script.world_size is None:
             unknown = Problem("unknown-world-size", script.location,
@@ -225,9 +229,10 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     return Verdict(inp.source, estimate=result)
 
 
-def load_input(config: Any, *, environ: Mapping[str, str] | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
+def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False
+               ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     if isinstance(config, (str, os.PathLike)) and not str(config).startswith("-"):
-        return input_from_file(config, environ=environ)
+        return input_from_file(config, environ=environ, world_size_given=world_size_given)
     if isinstance(config, Mapping):
         return input_from_mapping(config)
     if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
@@ -248,7 +253,7 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
         argument_problems.append(Problem("invalid-world-size", "world_size",
                                          f"world_size must be a positive integer, not {world_size!r}"))
         world_size = None
-    inp, problems = load_input(config, environ=environ)
+    inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None)
     verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
                        budget=budget_bytes, budget_source=budget_source, overheads=overheads,
                        environ=environ, problems=tuple(argument_problems) + tuple(problems))

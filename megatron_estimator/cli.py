@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "scripts that name no pretrain*.py and none of --num-layers, --hidden-size, "
                         "--num-attention-heads, --yaml-cfg. Each is named on stderr and left out of the "
                         "report; a training input that is broken is still invalid")
+    p.add_argument("--script-arg", action="append", metavar="ARG",
+                   help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
+                        "repeated in order; without any, $1... are unset, as bash has them, and a \"$@\" "
+                        "reaching the launch is a problem")
     p.add_argument("files", nargs="+", metavar="FILE")
 
     p = sub.add_parser("plan", help="search the parallel layouts that fit the budget, best first",
@@ -330,7 +334,8 @@ def cmd_check(ns, environ) -> int:
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
-        inp, file_problems = input_from_file(path, environ=environ)
+        inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
+                                             world_size_given=ns.world_size is not None)
         world, world_source = (ns.world_size, "--world-size") if ns.world_size is not None else (None, None)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, **_estimate_options(settings)))

@@ -331,3 +331,21 @@ def test_a_bad_setting_is_reported_with_the_configurations_problems():
     assert result.returncode == 2
     codes = [line.rsplit("[", 1)[-1].rstrip("]") for line in result.stdout.splitlines() if "error:" in line]
     assert codes == ["invalid-setting", "global-batch-not-divisible"]
+
+
+def test_check_takes_the_scripts_arguments_and_the_world_size(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text("torchrun --nproc_per_node 8 --nnodes $1 pretrain_gpt.py " + TINY_GPT + ' "${@:2}"\n')
+    unknown = run(["check", str(path)])
+    assert unknown.returncode == 2
+    assert f"error: {path}:1 $1: $1 is the script's argument 1, which was not given" in unknown.stdout
+    given = run(["check", "--format", "json", "--script-arg", "2", "--script-arg=--tensor-model-parallel-size",
+                 "--script-arg", "2", str(path)])
+    assert given.returncode == 0, given.stdout
+    doc = json.loads(given.stdout)
+    assert (doc["world_size"], doc["parallelism"]["tp"]) == (16, 2)
+    assert "$@ passes on the arguments the script is run with" in run(["check", "--world-size", "4", str(path)]).stdout
+    path.write_text("torchrun --nproc_per_node 8 --nnodes $1 pretrain_gpt.py " + TINY_GPT + "\n")
+    override = run(["check", "--format", "json", "--world-size", "4", str(path)])
+    assert override.returncode == 0, override.stdout
+    assert json.loads(override.stdout)["world_size"] == 4

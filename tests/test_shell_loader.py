@@ -573,3 +573,33 @@ def test_constructs_around_the_launch_are_read(tmp_path):
     assert problems == ()
     assert flags(launch) == ["--count", "1", "--ok", "yes"]
     assert launch.location == f"{path}:16"
+
+
+def test_the_scripts_own_arguments_are_a_problem_where_they_reach_the_launch(tmp_path):
+    path = script(tmp_path, """
+        #!/bin/bash
+        run_it() { echo "$@"; }
+        run_it --quiet
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 "$@"
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert [(p.code, p.location) for p in problems] == [("unresolved-variable", f"{path}:4 $@")]
+    assert problems[0].message.startswith("$@ passes on the arguments the script is run with, which are not known")
+    assert launch.megatron_argv == ("--num-layers", "2")       # "$@" is no flag value
+    # Given the arguments, they are the launch's.
+    launch, problems = load_launch_script(path, {}, script_args=["--hidden-size", "64"])
+    assert problems == ()
+    assert launch.megatron_argv == ("--num-layers", "2", "--hidden-size", "64")
+
+
+def test_a_world_size_given_by_the_caller_needs_no_launcher_count(tmp_path):
+    path = script(tmp_path, """
+        torchrun --nproc_per_node 8 --nnodes $1 pretrain_gpt.py --num-layers 2
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert [(p.code, p.location) for p in problems] == [("unresolved-variable", f"{path}:1 $1")]
+    assert launch.world_size is None
+    launch, problems = load_launch_script(path, {}, world_size_given=True)
+    assert problems == ()
+    launch, problems = load_launch_script(path, {}, script_args=["4"])
+    assert problems == () and launch.world_size == 32

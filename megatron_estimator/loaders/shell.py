@@ -1766,6 +1766,9 @@ class _Interp:
         self.func_depth = 0
         self.local_frames: list[dict] = []
         self.decided: list[str] = []     # the known conditions whose branch is running
+        # The script's own arguments when the caller did not say them: "$@" of the script
+        # (not of a function) cannot be known then.
+        self.unknown_script_args: list | None = None
         self.loop_depth = 0
 
     # ---- values --------------------------------------------------------------------
@@ -1809,6 +1812,11 @@ class _Interp:
             pos = self.state.positional
             if isinstance(pos, Cause):
                 return pos
+            if pos is self.unknown_script_args:
+                return Cause(UNRESOLVED, param.origin, f"${name}",
+                             f"${name} passes on the arguments the script is run with, which are not known "
+                             "here (bash would pass none when it runs without arguments); give them with "
+                             "--script-arg", "")
             return ArrayValue(tuple(enumerate(pos)))
         if name == "#":
             pos = self.state.positional
@@ -3732,6 +3740,7 @@ class _Loader:
         self.token_causes: dict[int, list[Cause]] = {}
         self.source_depth = 0
         self.exit_note: str | None = None
+        self.world_size_given = False      # the caller gives the world size: the launcher's need not resolve
 
     def require_failure(self, cause: Cause) -> None:
         self.problems.add(cause.code, f"{cause.origin} {cause.subject}", cause.message)
@@ -3942,7 +3951,10 @@ class _Loader:
         for token in megatron:
             for cause in self.token_causes.get(id(token), ()):
                 self.cause_problem(cause, token, "token")
-        for index in command.world_size_tokens:
+        # An unknown "$@" stands for any number of words: reported above, it is no flag value.
+        megatron = tuple(t for t in megatron if not (t.text in ("$@", "$*") and any(
+            c.subject == t.text for c in self.token_causes.get(id(t), ()))))
+        for index in () if self.world_size_given else command.world_size_tokens:
             if index < len(tokens):
                 for cause in self.token_causes.get(id(tokens[index]), ()):
                     self.cause_problem(cause, tokens[index], "it decides the world size")
@@ -3985,13 +3997,18 @@ def load_launch_script(
     path: str | os.PathLike,
     environ: Mapping[str, str] | None = None,
     *,
-    script_args: Sequence[str] = (),
+    script_args: Sequence[str] | None = None,
     line: int | None = None,
+    world_size_given: bool = False,
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
     ``environ``: the environment the script would start with (``os.environ`` when None).
-    ``script_args``: the arguments the script would be run with (``$1``...).
+    ``script_args``: the arguments the script would be run with (``$1``...); None: not known,
+    so ``$1`` is unset (as bash has it without arguments) and ``"$@"`` is a problem where it
+    reaches the launch.
+    ``world_size_given``: the caller gives the world size, so the launcher's own process
+    counts need not resolve.
     ``line``: the line of the launch command, when the script runs more than one.
     Returns the launch (None when no launch could be found) and every problem found.
     """
@@ -4004,6 +4021,7 @@ def load_launch_script(
         return None, (Problem("unreadable-file", display, f"cannot read the launch script: {exc.strerror or exc}"),)
     cwd = environ.get("PWD") or os.getcwd()
     loader = _Loader(display, environ, cwd)
+    loader.world_size_given = world_size_given
     sbatch, sbatch_problems = _read_sbatch(text, display)
     loader.problems.extend(sbatch_problems)
     variables = {name: Var((_lit(value, Origin(display, 0)),), True, False, None) for name, value in environ.items()}
@@ -4013,8 +4031,10 @@ def load_launch_script(
         variables[name] = Var((_lit(value, Origin(display, 0)),), True, False, None)
         loader.env_phrases[name] = phrase
     at_args = Origin(display, 0)
-    state = _State(variables, [Field((_lit(a, at_args),)) for a in script_args], {}, cwd)
+    state = _State(variables, [Field((_lit(a, at_args),)) for a in script_args or ()], {}, cwd)
     interp = _Interp(loader, state)
+    if script_args is None:
+        interp.unknown_script_args = state.positional
     try:
         tree = _parse(text, _source_origins(text, display))
         interp.run_list(tree)
