@@ -148,6 +148,13 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     if not Path(path).exists():
         return TrainingInput(RawArgs(), source=name), (Problem("file-not-found", name, "no such file"),)
     kind = detect_format(path)
+    if kind == "mixed-yaml":
+        return TrainingInput(RawArgs(), source=name), (Problem(
+            "mixed-format", name, "has top-level keys of both YAML formats: model: / parallelism: (the seed "
+            "format) and language_model: / model_parallel: (Megatron's --yaml-cfg); a file is one or the other"),)
+    if kind == "unknown" and Path(path).is_dir():
+        return TrainingInput(RawArgs(), source=name), (Problem(
+            "unknown-format", name, "is a directory without a HuggingFace config.json; name a file"),)
     env = dict(os.environ if environ is None else environ)
     if kind == "seed-yaml":
         from .loaders.seed_yaml import load_seed_yaml

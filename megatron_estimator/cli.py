@@ -310,13 +310,17 @@ def _not_a_training_input(path: str) -> str | None:
     if not Path(path).exists() or not os.access(path, os.R_OK):
         return None
     kind = detect_format(path)
-    if kind == "unknown":
-        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
     if kind == "shell":
         with open(path, encoding="utf-8", errors="replace") as handle:
-            if re.search(_TRAINING_LAUNCH_MARK, handle.read()) is None:
-                return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
-                       "--num-attention-heads or --yaml-cfg in it)"
+            # Comments say nothing about what the script runs.
+            code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
+                             if not line.lstrip().startswith("#"))
+        if re.search(_TRAINING_LAUNCH_MARK, code) is None:
+            return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
+                   "--num-attention-heads or --yaml-cfg in it)"
+        return None
+    if kind == "unknown":
+        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
     return None
 
 

@@ -68,7 +68,6 @@ def test_hf_config_file_and_directory(tmp_path):
 @pytest.mark.parametrize("name, text", [
     ("tokenizer.json", json.dumps({"version": "1.0", "model": {"type": "BPE"}})),
     ("broken.json", '{"model_type": '),
-    ("both.yaml", "model:\n  num_layers: 2\nlanguage_model:\n  num_layers: 2\n"),
     ("other.yaml", "trainer:\n  devices: 8\n"),
     ("nested.yaml", "config:\n  model:\n    num_layers: 2\n"),
     ("empty.yaml", ""),
@@ -97,3 +96,8 @@ def test_detection_does_not_import_yaml(tmp_path):
             "print(r, 'yaml' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "('shell', 'seed-yaml') False"
+
+
+def test_keys_of_both_yaml_formats_are_a_mixed_file(tmp_path):
+    path = write(tmp_path, "both.yaml", "model:\n  num_layers: 2\nlanguage_model:\n  num_layers: 2\n")
+    assert detect_format(path) == "mixed-yaml"

@@ -287,3 +287,17 @@ def test_without_skip_unknown_a_non_config_is_invalid(training_repo):
     assert result.returncode == 2
     assert "  error: docker-compose.yaml: not a seed-format YAML" in result.stdout
     assert result.stdout.rstrip().endswith("[unknown-format]")
+
+
+def test_a_mixed_yaml_and_a_script_naming_training_only_in_comments(training_repo):
+    # A YAML with both formats' keys is a broken config, not a file to pass over; a helper
+    # script whose only mention of pretrain_gpt.py is a comment launches nothing.
+    write(training_repo, "configs/both.yaml", "model:\n  num_layers: 2\nlanguage_model:\n  num_layers: 2\n")
+    write(training_repo, "scripts/helper.sh", "#!/bin/bash\n# helper for pretrain_gpt.py runs\necho ready  # pretrain_gpt.py\n")
+    result = run_hook(["configs/both.yaml", "scripts/helper.sh"], cwd=training_repo, user_args=["--gpu", "h100"])
+    assert result.returncode == 2
+    assert "configs/both.yaml: has top-level keys of both YAML formats" in result.stdout
+    assert "[mixed-format]" in result.stdout
+    assert result.stderr.splitlines() == [
+        "megatron-estimator check: skipped scripts/helper.sh: launches no Megatron training "
+        "(no pretrain*.py, --num-layers, --hidden-size, --num-attention-heads or --yaml-cfg in it)"]

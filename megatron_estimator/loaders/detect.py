@@ -8,8 +8,8 @@
 - ``megatron-yaml``: a top-level ``language_model:`` or ``model_parallel:`` key (Megatron's
   ``--yaml-cfg`` format).
 - ``seed-yaml``: a top-level ``model:`` or ``parallelism:`` key (the seed guide's format).
-- ``unknown``: anything else, including a file that cannot be read, or one with the keys of both
-  YAML formats.
+- ``mixed-yaml``: top-level keys of both YAML formats (a mistake to report, not a file to skip).
+- ``unknown``: anything else, including a file that cannot be read.
 
 Top-level YAML keys are found by a line scan (a key at column 0), so a file with a YAML
 syntax error is still routed to its loader, which then reports the error with its line.
@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-Format = Literal["seed-yaml", "megatron-yaml", "shell", "hf-config", "unknown"]
+Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
@@ -54,6 +54,8 @@ def detect_format(path: str | Path) -> Format:
         return "megatron-yaml"
     if seed and not megatron:
         return "seed-yaml"
+    if seed and megatron:
+        return "mixed-yaml"
     if not keys and _LAUNCH_LINE.search(head):
         return "shell"
     return "unknown"
