@@ -17,7 +17,7 @@ from .parallel import ParallelDims
 from .rawargs import RawArgs
 from .validation.rules import check_rules
 from .validation.schema import check_config_schema
-from .vocab import vocabulary_of
+from .vocab import unreadable_tokenizer_file, vocabulary_of
 
 # Rules about the job's environment: errors when the environment is the job's own.
 ENVIRONMENT_RULES = {"cuda-device-max-connections"}
@@ -96,7 +96,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
         problems.raise_if_any()     # the vocabulary below needs the types
 
     vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1)
-    if vocab is None:
+    unreadable = unreadable_tokenizer_file(derived)
+    if unreadable is not None:
+        dest, why = unreadable
+        problems.add("unreadable-tokenizer", raw.location(dest), why + "; fix it or pass --vocab-size")
+    elif vocab is None:
         where = raw.location("tokenizer_type") if raw.given("tokenizer_type") else raw.location("vocab_size")
         problems.add("unknown-vocab-size", where,
                      f"cannot tell the vocabulary size of tokenizer {derived.get('tokenizer_type')}"

@@ -216,6 +216,27 @@ def resolve_vocabulary(
     return None
 
 
+def unreadable_tokenizer_file(namespace: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(dest, why)`` when the vocabulary would be read from a tokenizer file that is on disk
+    but cannot be read (Megatron could not load it either); None otherwise."""
+    if namespace.get("vocab_size") is not None or namespace.get("padded_vocab_size") is not None \
+            or namespace.get("tokenizer_type") == "TikTokenizer":
+        return None
+    vocab_file = namespace.get("vocab_file")
+    if vocab_file and os.path.exists(vocab_file):
+        if os.path.isdir(vocab_file):
+            return "vocab_file", f"--vocab-file {vocab_file} is a directory, not a vocabulary file"
+        if not _count_vocab_file(vocab_file):
+            return "vocab_file", (f"--vocab-file {vocab_file} cannot be read as a vocabulary (a JSON object of "
+                                  "tokens, a tokenizer.json, or one token per line)")
+        return None
+    tokenizer_model = namespace.get("tokenizer_model")
+    if tokenizer_model and os.path.exists(tokenizer_model) and not _count_tokenizer_model(tokenizer_model):
+        return "tokenizer_model", (f"--tokenizer-model {tokenizer_model} is on this machine but cannot be read as "
+                                   "a tokenizer (a tokenizer.json, a SentencePiece model, or a directory holding one)")
+    return None
+
+
 def vocabulary_of(namespace: Mapping[str, Any], tp: int) -> Vocabulary | None:
     """The vocabulary a Megatron namespace (argparse dests) builds at tensor parallel size tp.
 

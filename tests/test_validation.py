@@ -199,3 +199,21 @@ def test_a_mistyped_value_does_not_hide_the_other_problems():
     verdict = api.evaluate(inp, world_size=8, problems=problems, environ={})
     assert [p.code for p in verdict.problems] == [
         "wrong-type", "world-size-not-divisible", "heads-not-dividing-hidden", "seq-length-exceeds-positions"]
+
+
+def test_a_tokenizer_file_that_cannot_be_read_is_a_problem_not_a_fallback(tmp_path):
+    bad = tmp_path / "vocab.json"
+    bad.write_text("{not json")
+    base = TINY_GPT.replace("--vocab-size 1000", "")
+    problems = problems_of(base + f" --tokenizer-type GPT2BPETokenizer --vocab-file {bad}")
+    assert [(p.code, p.location, p.message) for p in problems] == [(
+        "unreadable-tokenizer", "--vocab-file",
+        f"--vocab-file {bad} cannot be read as a vocabulary (a JSON object of tokens, a tokenizer.json, or one "
+        "token per line); fix it or pass --vocab-size")]
+    assert [p.code for p in problems_of(base + f" --vocab-file {tmp_path}")] == ["unreadable-tokenizer"]
+    problems = problems_of(base + f" --tokenizer-type HuggingFaceTokenizer --tokenizer-model {bad}")
+    assert [(p.code, p.location) for p in problems] == [("unreadable-tokenizer", "--tokenizer-model")]
+    assert problems_of(base + f" --vocab-file {bad} --vocab-size 1000") == []     # the size is given: not read
+    good = tmp_path / "good.json"
+    good.write_text('{"a": 0, "b": 1, "c": 2}')
+    assert problems_of(base + f" --vocab-file {good}") == []
