@@ -196,6 +196,10 @@ def resolve_vocabulary(
     if tokenizer_type == "TikTokenizer":
         size = vocab_size or TIKTOKEN_DEFAULT_VOCAB
         return padded(size, f"TikTokenizer with {size} entries")
+    if vocab_size is not None and tokenizer_type == "NullTokenizer":
+        # megatron/training/tokenizer/tokenizer.py _NullTokenizer: the end-of-document token is
+        # id vocab_size, so the tokenizer's size (what Megatron pads) is one more.
+        return padded(vocab_size + 1, f"--vocab-size {vocab_size} + NullTokenizer's end-of-document token")
     if vocab_size is not None:
         return padded(vocab_size, f"--vocab-size {vocab_size}")
     if vocab_file:

@@ -104,3 +104,13 @@ def test_pipeline_layout_string():
     layer = 218_112_000
     embedding = 128256 * 4096
     assert [s.parameters for s in est.stages] == [2 * layer + embedding, 2 * layer + 4096 + embedding]
+
+
+def test_null_tokenizer_counts_its_end_of_document_token():
+    # megatron's _NullTokenizer: vocab_size + 1 (the EOD id), then padded to 128 x tp.
+    from conftest import resolve
+
+    base = TINY_GPT.replace("--vocab-size 1000", "--tokenizer-type NullTokenizer --vocab-size 1024")
+    assert resolve(base).model.padded_vocab_size == 1152
+    assert resolve(base, 2, extra="--tensor-model-parallel-size 2").model.padded_vocab_size == 1280
+    assert resolve(TINY_GPT.replace("--vocab-size 1000", "--vocab-size 1024")).model.padded_vocab_size == 1024
