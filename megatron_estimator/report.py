@@ -120,7 +120,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "budget_bytes": e.budget_bytes if e else None,
         "world_size": e.world_size if e else None,
         "world_size_source": e.world_size_source if e else None,
-        "parallelism": e.parallelism if e else None,
+        "parallelism": dict(e.parallelism) if e else None,
         "stages": [s.to_json() for s in e.stages] if e else [],
         "peak_stage": e.peak_stage.pipeline_rank if e else None,
         "total_parameters": e.total_parameters if e else None,

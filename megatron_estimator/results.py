@@ -7,6 +7,7 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from .errors import Problem
 
@@ -118,7 +119,7 @@ class StageEstimate:
 class Estimate:
     world_size: int
     world_size_source: str
-    parallelism: dict
+    parallelism: Mapping[str, int | None]      # read-only: tp, pp, vpp, cp, dp, ep, etp, edp
     stages: tuple[StageEstimate, ...]
     assumptions: tuple[Assumption, ...]
     budget_bytes: int | None = None

@@ -79,3 +79,12 @@ def test_bad_arguments_are_reported_with_the_configurations_problems():
         with pytest.raises(me.InvalidInput) as raised:
             me.estimate(bad_flags, world_size=world_size, budget=budget)
         assert raised.value.problems[0].message == message
+
+
+def test_the_parallelism_of_a_result_is_read_only():
+    import megatron_estimator as me
+
+    result = me.estimate(str(REPO / "examples" / "llama3-8b.yaml"))
+    assert dict(result.parallelism) == {"tp": 2, "pp": 1, "vpp": None, "cp": 1, "dp": 4, "ep": 1, "etp": 2, "edp": 4}
+    with pytest.raises(TypeError):
+        result.parallelism["tp"] = 9

@@ -14,6 +14,7 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Mapping
 
 from ..config import EstimatorConfig, is_deterministic
@@ -292,7 +293,7 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
     return Estimate(
         world_size=config.parallel.world_size,
         world_size_source=config.world_size_source,
-        parallelism=config.parallel.as_dict(),
+        parallelism=MappingProxyType(config.parallel.as_dict()),
         stages=results,
         assumptions=assumptions(config, overheads, environ),
         budget_bytes=budget,
