@@ -53,9 +53,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     over = parser.add_argument_group("overhead assumptions (outside the allocator)")
     over.add_argument("--cuda-context", metavar="SIZE", help="CUDA context per GPU (default 512MiB)")
     over.add_argument("--nccl-buffers", metavar="SIZE", help="NCCL buffers per communicator (default 512MiB)")
-    over.add_argument("--fragmentation", type=float, metavar="FRACTION",
+    over.add_argument("--fragmentation", metavar="FRACTION",
                       help="allocator fragmentation as a fraction of allocated memory (default 0.05)")
-    over.add_argument("--routing-imbalance", type=float, metavar="FRACTION",
+    over.add_argument("--routing-imbalance", metavar="FRACTION",
                       help="MoE: extra share of tokens a hot expert rank receives (default 0)")
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "

@@ -349,3 +349,14 @@ def test_check_takes_the_scripts_arguments_and_the_world_size(tmp_path):
     override = run(["check", "--format", "json", "--world-size", "4", str(path)])
     assert override.returncode == 0, override.stdout
     assert json.loads(override.stdout)["world_size"] == 4
+
+
+def test_fractions_take_percent_on_the_command_line_as_in_files():
+    result = run(["estimate", "--fragmentation", "8%", "--routing-imbalance", "25%", "--format", "json",
+                  "--world-size", "1", "--"] + flags(TINY_GPT))
+    assert result.returncode == 0, result.stdout
+    texts = [a["text"] for a in json.loads(result.stdout)["assumptions"]]
+    assert "allocator fragmentation 8% of allocated memory" in texts
+    bad = run(["estimate", "--fragmentation", "abc", "--world-size", "1", "--"] + flags(TINY_GPT))
+    assert bad.returncode == 2
+    assert "command line --fragmentation: must be a fraction such as 0.05 or 5%, not 'abc' [invalid-setting]" in bad.stdout
