@@ -217,3 +217,10 @@ def test_a_tokenizer_file_that_cannot_be_read_is_a_problem_not_a_fallback(tmp_pa
     good = tmp_path / "good.json"
     good.write_text('{"a": 0, "b": 1, "c": 2}')
     assert problems_of(base + f" --vocab-file {good}") == []
+
+
+def test_an_uneven_middle_split_does_not_hide_the_virtual_stage_checks():
+    text = (TINY_GPT.replace("--num-layers 4", "--num-layers 16") + " --pipeline-model-parallel-size 4 "
+            "--decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 8")
+    assert codes(text, 4) == [("uneven-split-invalid", "--decoder-first-pipeline-num-layers"),
+                              ("uneven-split-vs-vpp", "--decoder-first-pipeline-num-layers")]

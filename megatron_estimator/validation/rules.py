@@ -185,18 +185,18 @@ def pipeline_split(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Itera
                           f"{num_layers} layers - first {first or 0} - last {last or 0} = {middle_layers} "
                           f"middle layers for {middle_stages} middle stages")
             return
-        if middle_stages and middle_layers % middle_stages:
+        middle_uneven = bool(middle_stages and middle_layers % middle_stages)
+        if middle_uneven:
             yield Problem("uneven-split-invalid", where,
                           f"{middle_layers} middle layers do not divide over {middle_stages} middle stages "
                           f"({middle_layers}/{middle_stages} = {middle_layers / middle_stages:g})")
-            return
         if vpp:
             for name, count in (("decoder_first_pipeline_num_layers", first),
                                 ("decoder_last_pipeline_num_layers", last)):
                 if count is not None and count % vpp:
                     yield Problem("uneven-split-vs-vpp", raw.location(name),
                                   f"{_flag(name)} {count} must be divisible by the {vpp} virtual stages per rank")
-            if middle_stages and (middle_layers // middle_stages) % vpp:
+            if middle_stages and not middle_uneven and (middle_layers // middle_stages) % vpp:
                 yield Problem("uneven-split-vs-vpp", raw.location("num_virtual_stages_per_pipeline_rank"),
                               f"{middle_layers // middle_stages} layers per middle stage are not divisible by "
                               f"{vpp} virtual stages per rank")
