@@ -103,7 +103,7 @@ from .layout import microbatches_in_flight
 from .memory import activations as act
 from .memory import model as memory_model
 from .memory.parameters import ParamTensor
-from .memory.states import DTYPE_BYTES, model_states
+from .memory.states import DTYPE_BYTES, model_states, shards_optimizer_states, with_distributed_optimizer
 from .parallel import ParallelDims
 from .rawargs import RawArgs, RawSetting
 from .results import Estimate
@@ -919,8 +919,7 @@ class _LayoutMemory:
                 if value is None:
                     if config is None:
                         config = self.config
-                        if config.precision.use_distributed_optimizer != do:
-                            config = replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
+                        config = with_distributed_optimizer(config, do)
                     stage = self.family.stages[group[2]]
                     st = model_states(config, [search.tensors(config, lay, cid, chunk)
                                                for cid, chunk in zip(group[1], stage.chunks)])
@@ -1393,7 +1392,7 @@ class _Search:
                     searched += len(ok)
                     valid += len(ok)
                     derived = namespaces[b]
-                    do = bool(derived.get("use_distributed_optimizer"))
+                    do = shards_optimizer_states(derived)
                     if memory.states_exceed(do):
                         continue
                     m = derived["num_microbatches"]
@@ -1493,7 +1492,7 @@ class _Search:
         rates = self._rates.get(key)
         if rates is None:
             ref = self.reference
-            config = replace(ref, parallel=dims, precision=replace(ref.precision, use_distributed_optimizer=do))
+            config = with_distributed_optimizer(replace(ref, parallel=dims), do)
             found = []
             for expert, shard in ((False, dims.dp * dims.cp), (True, dims.edp)):
                 size = 64 * math.lcm(shard, 128) * 4096

@@ -108,10 +108,17 @@ MODELLING_GAPS = {
      "golden_values_dev_dgx_h100.json"),
     ("moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading",
      "golden_values_dev_dgx_gb200.json"),
-    # The distributed Muon optimizer's buffers.
+    # ep8 MoE (allgather dispatcher, grouped GEMM, fp32 router) at 8 GPUs.  Muon's layer-wise
+    # states are modelled (memory/states.py); the same test with Adam and the distributed
+    # optimizer (Megatron-LM's gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer golden
+    # values, not in this file) is underestimated alike (-15.7% h100, -10.2% gb200), with the
+    # same ~160 MiB more resident memory after a step than its model states.
     ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100.json"),
     ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100_2nd.json"),
-    # fp8 current scaling with --tp-comm-overlap at pp 2 (Transformer Engine userbuffers).
+    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_gb200.json"),
+    # fp8 current scaling with --tp-comm-overlap at pp 2: about 100 MiB more resident memory
+    # after a step than modelled (Transformer Engine's userbuffers are allocated outside
+    # PyTorch's allocator, so they are not it).
     ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap", "golden_values_dev_dgx_h100.json"),
     ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap",
      "golden_values_dev_dgx_gb200.json"),

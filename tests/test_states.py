@@ -113,3 +113,26 @@ def test_routing_imbalance_raises_the_reported_peak():
     assert balanced.imbalanced_peak_bytes is None
     assert hot.device_peak_bytes == balanced.device_peak_bytes
     assert hot.imbalanced_peak_bytes > hot.device_peak_bytes
+
+
+def test_layer_wise_ping_pong_deals_whole_parameters_to_ranks():
+    # megatron/core/optimizer/layer_wise_optimizer.py _shard_params_ping_pong: sorted by size,
+    # dealt 0, 1, 1, 0, 0, 1, ... over dp 2; each rank keeps fp32 masters (4 B) and the
+    # optimizer's states (Muon: 4 B for 2-D weights, Adam's 8 B for the embedding and norms)
+    # of its own parameters.  The fullest rank is the stage's.
+    from megatron_estimator.memory.states import _layer_wise_ping_pong_bytes
+
+    from conftest import resolve
+
+    config = resolve(TINY_GPT, 2, extra="--optimizer muon --use-distributed-optimizer --no-use-layer-wise-param-layout")
+    tensors = [ParamTensor("norm", 10, kind="norm"), ParamTensor("a", 100), ParamTensor("b", 200),
+               ParamTensor("embedding", 1000, kind="embedding"), ParamTensor("c", 300)]
+    # Sorted: norm 10 -> rank 0, a 100 -> 1, b 200 -> 1, c 300 -> 0, embedding 1000 -> 0.
+    rank0_master = 4 * (10 + 300 + 1000)
+    rank0_moments = 8 * 10 + 4 * 300 + 8 * 1000
+    assert _layer_wise_ping_pong_bytes(config, tensors, 4, 2, 1) == (rank0_master, rank0_moments)
+    # The estimate counts the fullest rank's states on top of full weights and gradients.
+    b = estimate(TINY_GPT, 2, extra="--optimizer muon --use-distributed-optimizer "
+                                    "--no-use-layer-wise-param-layout").stages[0].bytes
+    assert (b.weights, b.gradients) == (2 * PARAMS, 4 * PARAMS)
+    assert 0 < b.optimizer_states < 12 * PARAMS

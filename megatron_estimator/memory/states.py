@@ -83,7 +83,17 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     p = config.parallel
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     grad_bytes = DTYPE_BYTES[prec.main_grads_dtype]
-    distributed = prec.use_distributed_optimizer or prec.use_megatron_fsdp
+    # Emerging optimizers (Muon) with --use-distributed-optimizer run Megatron's
+    # LayerWiseDistributedOptimizer instead (megatron/training/arguments.py validate_args).
+    # With its param layout (the default), megatron/training/training.py
+    # wrap_model_chunks_with_ddp turns DDP's distributed-optimizer buffers back on and every
+    # parameter's states live on one data-parallel rank (whole-parameter shards, modelled as
+    # an even split); with --no-use-layer-wise-param-layout DDP keeps full buffers and whole
+    # parameters are dealt out ping-pong (``_layer_wise_ping_pong_bytes``).
+    layer_wise = bool(config.namespace.get("use_layer_wise_distributed_optimizer"))
+    ping_pong = layer_wise and not config.namespace.get("use_layer_wise_param_layout", True)
+    distributed = (prec.use_distributed_optimizer or prec.use_megatron_fsdp
+                   or (layer_wise and not ping_pong))
     instances = max(prec.num_distributed_optimizer_instances, 1)
     dense_shard = max(p.dp * p.cp // instances, 1)
     expert_shard = max(p.edp // instances, 1)
@@ -129,6 +139,9 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             key = ".".join(t.name.split(".")[:3]) if t.name.startswith("decoder.layers.") else t.name
             layer_sizes[key] = layer_sizes.get(key, 0) + t.numel
         largest_layer = max([largest_layer, *layer_sizes.values()])
+    if ping_pong:
+        master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
+                                                      master_bytes, dense_shard, expert_shard)
     offload = prec.optimizer_offload_fraction if prec.optimizer_cpu_offload else 0.0
     master = int(master * (1 - offload))
     moments = int(moments * (1 - offload))
@@ -168,6 +181,62 @@ def fp8_scaling_state_bytes(config: EstimatorConfig, fp8_gemms: int) -> int:
     return fp8_gemms * 3 * (history + 2) * 4
 
 
+def shards_optimizer_states(ns) -> bool:
+    """Whether a derived namespace shards optimizer states over data parallelism: the
+    distributed optimizer, or the layer-wise one emerging optimizers (Muon) run instead."""
+    return bool(ns.get("use_distributed_optimizer") or ns.get("use_layer_wise_distributed_optimizer"))
+
+
+def with_distributed_optimizer(config: EstimatorConfig, do: bool) -> EstimatorConfig:
+    """``config`` with --use-distributed-optimizer on or off, as validate_args applies it:
+    emerging optimizers (not adam or sgd) get the layer-wise distributed optimizer instead."""
+    from dataclasses import replace
+
+    if config.precision.optimizer in ("adam", "sgd"):
+        if config.precision.use_distributed_optimizer == do:
+            return config
+        return replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
+    if bool(config.namespace.get("use_layer_wise_distributed_optimizer")) == do \
+            and not config.precision.use_distributed_optimizer:
+        return config
+    namespace = dict(config.namespace)
+    namespace["use_layer_wise_distributed_optimizer"] = do
+    return replace(config, precision=replace(config.precision, use_distributed_optimizer=False),
+                   namespace=namespace)
+
+
+def _layer_wise_ping_pong_bytes(config: EstimatorConfig, tensors: list[ParamTensor], master_bytes: float,
+                                dense_shard: int, expert_shard: int) -> tuple[int, int]:
+    """(master, moment) bytes of the fullest data-parallel rank under the legacy layer-wise
+    distributed optimizer (--no-use-layer-wise-param-layout).
+
+    megatron/core/optimizer/layer_wise_optimizer.py ``_shard_params_ping_pong``: every
+    parameter of the stage (Muon's matrices and the Adam-managed embeddings, norms and biases
+    alike) is sorted by numel and dealt whole to the ranks of the dp x cp group (expert
+    parameters: the expert data-parallel group) in the order 0..n-1, n-1..0; each rank keeps
+    fp32 master copies (Float16OptimizerWithFloat16Params wraps the optimizers after
+    sharding) and optimizer states for its own parameters only.  One rank therefore holds a
+    whole embedding's states.  The largest rank is returned (the stage's device peak; the
+    last data-parallel rank is not always it)."""
+    per_rank_master: dict[tuple[bool, int], float] = {}
+    per_rank_moments: dict[tuple[bool, int], float] = {}
+    for expert, size in ((False, dense_shard), (True, expert_shard)):
+        loop = list(range(size)) + list(range(size))[::-1]
+        group = sorted((t for t in tensors if t.expert == expert), key=lambda t: t.numel)
+        for index, tensor in enumerate(group):
+            rank = loop[index % len(loop)]
+            per_rank_master[expert, rank] = per_rank_master.get((expert, rank), 0) + tensor.numel * master_bytes
+            per_rank_moments[expert, rank] = (per_rank_moments.get((expert, rank), 0)
+                                              + tensor.numel * _moment_bytes(config, tensor))
+    master = moments = 0
+    for expert, size in ((False, dense_shard), (True, expert_shard)):
+        ranks = range(size)
+        fullest = max(ranks, key=lambda r: per_rank_master.get((expert, r), 0) + per_rank_moments.get((expert, r), 0))
+        master += int(per_rank_master.get((expert, fullest), 0))
+        moments += int(per_rank_moments.get((expert, fullest), 0))
+    return master, moments
+
+
 def _master_bytes(config: EstimatorConfig) -> float:
     """fp32 master copy per (sharded) parameter of a 16-bit model; none for fp32 training.
     The precision-aware optimizer keeps --main-params-dtype, and for bf16 params with fp32
@@ -187,7 +256,9 @@ def _moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
     """Optimizer state bytes per parameter (megatron/core/optimizer/__init__.py):
     Adam exp_avg + exp_avg_sq; SGD one momentum buffer (none with --sgd-momentum 0); Lion one
     exp_avg; Muon one momentum buffer for 2-D hidden weights and Adam for the rest
-    (embeddings, output layer, norms, biases)."""
+    (embeddings, output layer, norms, biases).  Muon takes every 2-D parameter that is not
+    an embedding or output weight (megatron/core/optimizer/emerging_optimizers.py
+    ``_is_nonlinear_or_embedding``), the MoE router's [E, h] weight included."""
     prec = config.precision
     adam = (DTYPE_BYTES[prec.exp_avg_dtype] + DTYPE_BYTES[prec.exp_avg_sq_dtype]
             if prec.use_precision_aware_optimizer else 8)
@@ -196,5 +267,5 @@ def _moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
     if prec.optimizer == "lion":
         return 4
     if prec.optimizer in ("muon", "dist_muon", "adaptive_muon"):
-        return 4 if tensor.kind == "linear" else adam
+        return 4 if tensor.kind in ("linear", "router") else adam
     return adam
