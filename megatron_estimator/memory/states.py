@@ -40,7 +40,7 @@ class ModelStates:
     optimizer_moments: int     # part of optimizer_states
     padded_elements: int       # buffer padding added by the distributed optimizer layout
     fp8_weight_copies: int = 0 # part of weights: Transformer Engine's fp8 weight copies
-    fsdp_transient: int = 0    # Megatron-FSDP: unsharded parameters and gradients in flight
+    fsdp_transient: int = 0    # Megatron-FSDP: FSDP-unit parameters all-gathered at the backward
 
 
 def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard: int,
@@ -104,7 +104,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     fsdp = prec.data_parallel_sharding_strategy if prec.use_megatron_fsdp else None
 
     weights = gradients = master = moments = padding = fp8_copies = 0
-    largest_layer = 0
+    unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
     master_bytes = _master_bytes(config)
     for tensors in chunks_tensors:
         for expert in (False, True):
@@ -125,6 +125,10 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
                 group_grad_bytes //= shard
             if fsdp == "optim_grads_params":
                 group_param_bytes //= shard
+                # Parameters outside the FSDP units are never resharded: their all-gathered
+                # (unsharded) compute-dtype copy stays allocated beside the shard.
+                group_param_bytes += _param_bytes(config, [t for t in group if not _fsdp_unit(t)])
+                unit_param_bytes += _param_bytes(config, [t for t in group if _fsdp_unit(t)])
             if not distributed:
                 group_param_bytes = numel * param_bytes
             weights += group_param_bytes
@@ -134,11 +138,6 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             local = numel / shard if distributed else numel
             master += int(local * master_bytes)
             moments += int(sum(t.numel * _moment_bytes(config, t) for t in group) / (shard if distributed else 1))
-        layer_sizes: dict[str, int] = {}
-        for t in tensors:
-            key = ".".join(t.name.split(".")[:3]) if t.name.startswith("decoder.layers.") else t.name
-            layer_sizes[key] = layer_sizes.get(key, 0) + t.numel
-        largest_layer = max([largest_layer, *layer_sizes.values()])
     if ping_pong:
         master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
                                                       master_bytes, dense_shard, expert_shard)
@@ -147,14 +146,46 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     moments = int(moments * (1 - offload))
     transient = 0
     if fsdp == "optim_grads_params":
-        # Megatron-FSDP all-gathers each module's parameters before use and reduce-scatters its
-        # gradients after: with its double buffer, two layers' unsharded parameters and
-        # gradients are alive (megatron/core/distributed/fsdp/src/megatron_fsdp).
-        transient = 2 * largest_layer * (param_bytes + grad_bytes)
-    elif fsdp == "optim_grads":
-        transient = 2 * largest_layer * grad_bytes
+        # Megatron-FSDP (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+        # _init_fsdp_param_and_grad_buffer): without --suggested-communication-unit-size the
+        # communication unit is max(1e9, 2 x mean unit size) elements, so all-gathers prefetch
+        # up to 5e8 elements ahead (param_and_grad_buffer.py AllGatherPipeline.all_gather_params).
+        # The forward releases each unit after use, but the first unit's pre-backward hook
+        # all-gathers every remaining unit of the chunk while the saved activations are still
+        # alive: the stage's unit parameters, unsharded in the compute dtype (fp8 weights 1 B).
+        prefetch = int(5e8) * param_bytes
+        transient = min(unit_param_bytes, prefetch + unit_param_bytes // max(_unit_count(chunks_tensors), 1))
     return ModelStates(weights + fp8_copies, gradients, master + moments, master, moments, padding,
                        fp8_copies, transient)
+
+
+def _fsdp_unit(tensor: ParamTensor) -> bool:
+    """Whether Megatron-FSDP shards this parameter as part of an FSDP unit: the adapter makes
+    TransformerLayer / MoETransformerLayer the unit modules (megatron/core/distributed/fsdp/
+    mcore_fsdp_adapter.py); embeddings, the output layer, final norms and the MTP glue
+    (enorm, hnorm, eh_proj) are outside every unit."""
+    return tensor.name.startswith("decoder.layers.") or ".transformer_layer." in tensor.name
+
+
+def _unit_count(chunks_tensors: list[list[ParamTensor]]) -> int:
+    units = set()
+    for tensors in chunks_tensors:
+        for t in tensors:
+            if _fsdp_unit(t):
+                units.add(t.name.split(".transformer_layer.")[0] if ".transformer_layer." in t.name
+                          else ".".join(t.name.split(".")[:3]))
+    return len(units)
+
+
+def _param_bytes(config: EstimatorConfig, tensors: list[ParamTensor]) -> int:
+    """Compute-dtype bytes of these parameters unsharded; with --fp8-param-gather the linear
+    weights are fp8 (1 B) in Megatron-FSDP's model-weight buffer."""
+    prec = config.precision
+    total = 0
+    for t in tensors:
+        fp8 = prec.fp8 and prec.fp8_param_gather and t.kind == "linear"
+        total += t.numel * (1 if fp8 else DTYPE_BYTES[prec.params_dtype])
+    return total
 
 
 def _fp8_copy_bytes(config: EstimatorConfig, fp8_numel: int) -> int:
