@@ -54,10 +54,10 @@ def test_dense_rows_meet_the_first_target(results):
 
 
 def test_all_rows(results):
-    # Every row (issue targets): median <= 5%, p90 <= 12%.
+    # Every row (issue targets): median <= 5%, p90 <= 12%; achieved 1.3% and 3.5%, guarded.
     median, p90, worst = stats([r["error"] for r in results])
-    assert median <= 0.05
-    assert p90 <= 0.12
+    assert median <= 0.015
+    assert p90 <= 0.04
     for stack in ("dev", "lts", "lts dracooci", "dev dracooci"):
         assert stats([r["error"] for r in results if r["stack"] == stack])[1] <= 0.12, stack
 
@@ -83,9 +83,9 @@ UNDERESTIMATED = {
      "golden_values_dev_dgx_h100_2nd.json"),
     ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router",
      "golden_values_dev_dgx_h100_2nd.json"),
-    # LTS A100 golden values of three deterministic tests measured unfused attention (each
-    # within 7% of the unfused estimate) while the same file's other deterministic tests
-    # measured flash attention: the file mixes software stacks test by test.
+    # LTS A100 golden values of three deterministic tests measured unfused attention (the
+    # unfused estimate is within -1% to +10% of them) while the same file's other
+    # deterministic tests measured flash attention: the file mixes stacks test by test.
     ("gpt/gpt3_mcore_te_tp1_pp4_resume_torch_dist_swiglu", "golden_values_lts_dgx_a100.json"),
     ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_multi_dist_optimizer_instances",
      "golden_values_lts_dgx_a100.json"),
@@ -93,29 +93,13 @@ UNDERESTIMATED = {
 }
 
 
-# Rows underestimated by 10-19% where the configuration does say what ran: mechanisms not yet
+# Rows underestimated by 10-13% where the configuration does say what ran: mechanisms not yet
 # modelled well enough (the README's accuracy section names them).  Guarded so they only
 # improve.
 MODELLING_GAPS = {
-    # --overlap-moe-expert-parallel-comm with pp 1 (the combined 1F1B schedule).
+    # --overlap-moe-expert-parallel-comm on the A100 dev file, which measures about 270 MiB
+    # more per step than the same test on H100 and GB200 (both within 1% of the estimate).
     ("moe/gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4", "golden_values_dev.json"),
-    # Megatron-FSDP (optim_grads_params) with MoE: first runs on Hopper and Blackwell.
-    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router", "golden_values_dev_dgx_h100.json"),
-    ("moe/gpt3_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router",
-     "golden_values_dev_dgx_gb200.json"),
-    # Fine-grained activation offloading of MoE layers.
-    ("moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading",
-     "golden_values_dev_dgx_h100.json"),
-    ("moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading",
-     "golden_values_dev_dgx_gb200.json"),
-    # ep8 MoE (allgather dispatcher, grouped GEMM, fp32 router) at 8 GPUs.  Muon's layer-wise
-    # states are modelled (memory/states.py); the same test with Adam and the distributed
-    # optimizer (Megatron-LM's gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer golden
-    # values, not in this file) is underestimated alike (-15.7% h100, -10.2% gb200), with the
-    # same ~160 MiB more resident memory after a step than its model states.
-    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100.json"),
-    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_h100_2nd.json"),
-    ("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon", "golden_values_dev_dgx_gb200.json"),
     # fp8 current scaling with --tp-comm-overlap at pp 2: about 100 MiB more resident memory
     # after a step than modelled (Transformer Engine's userbuffers are allocated outside
     # PyTorch's allocator, so they are not it).
@@ -130,11 +114,11 @@ def test_every_large_underestimate_is_a_named_exception(results):
     assert set(under) - UNDERESTIMATED - MODELLING_GAPS == set()
     assert UNDERESTIMATED - set(under) == set()
     assert MODELLING_GAPS - set(under) == set()        # one improved past -10%: remove it above
-    assert min(under[key] for key in MODELLING_GAPS) >= -0.20
+    assert min(under[key] for key in MODELLING_GAPS) >= -0.13
 
 
 @pytest.mark.parametrize("feature, p90_bound", [
-    ("cp", 0.06), ("mtp", 0.05), ("mla", 0.12), ("offloading", 0.12), ("recompute", 0.12), ("fp8", 0.12),
+    ("cp", 0.04), ("mtp", 0.06), ("mla", 0.12), ("offloading", 0.12), ("recompute", 0.12), ("fp8", 0.12),
 ])
 def test_feature_breakdown(results, feature, p90_bound):
     errors = [r["error"] for r in results if feature in r["features"]]

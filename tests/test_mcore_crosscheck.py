@@ -117,7 +117,7 @@ ACT_LLAMA = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --group-q
              "--ffn-hidden-size 704 --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope "
              "--hidden-dropout 0 --attention-dropout 0 --untie-embeddings-and-output-weights " + ACT_COMMON)
 # The flags that change what a layer saves, given to the harness where the command sets them.
-ACTIVATION_SPEC_KEYS = frozenset({"recompute_granularity", "recompute_modules", "bias_swiglu_fusion",
+ACTIVATION_SPEC_KEYS = frozenset({"recompute_granularity", "recompute_modules", "bias_swiglu_fusion", "bias_gelu_fusion",
                                   "hidden_dropout", "attention_dropout", "recompute_activations"})
 ACT_CASES = [
     ("gpt", ACT_GPT, 1),
@@ -132,6 +132,10 @@ ACT_CASES = [
     ("moe allgather", ACT_LLAMA + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 128", 1),
     ("moe shared expert", ACT_LLAMA + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 128 "
      "--moe-shared-expert-intermediate-size 256", 1),
+    # GeLU experts without a fused weighted activation: the router probabilities multiply the
+    # activation output, which is then saved next to fc2's input (megatron/core/transformer/mlp.py).
+    ("moe unfused gelu", ACT_GPT + " --disable-bias-linear --no-bias-gelu-fusion --num-experts 4 "
+     "--moe-router-topk 2 --moe-ffn-hidden-size 128", 1),
 ]
 
 

@@ -136,3 +136,19 @@ def test_layer_wise_ping_pong_deals_whole_parameters_to_ranks():
                                     "--no-use-layer-wise-param-layout").stages[0].bytes
     assert (b.weights, b.gradients) == (2 * PARAMS, 4 * PARAMS)
     assert 0 < b.optimizer_states < 12 * PARAMS
+
+
+def test_transformer_engine_workspaces_with_grouped_gemm_experts():
+    # One TE cuBLAS workspace (32 MiB + 1 KiB from Hopper on, 4 MiB before), and one more per
+    # grouped-GEMM compute stream (4) when the experts run TE's grouped GEMM.
+    from megatron_estimator.memory.overhead import te_workspace_bytes
+
+    MiB = 1 << 20
+    assert te_workspace_bytes(9.0, "transformer_engine") == 32 * MiB + 1024
+    assert te_workspace_bytes(9.0, "transformer_engine", grouped_gemm=True) == 5 * (32 * MiB + 1024)
+    assert te_workspace_bytes(8.0, "transformer_engine", grouped_gemm=True) == 5 * 4 * MiB
+    assert te_workspace_bytes(9.0, "local", grouped_gemm=True) == 0
+    moe = TINY_GPT + " --num-experts 4 --moe-router-topk 2 --disable-bias-linear"
+    plain = estimate(moe).stages[0].bytes.other
+    grouped = estimate(moe, extra="--moe-grouped-gemm").stages[0].bytes.other
+    assert grouped - plain == 4 * (32 * MiB + 1024)

@@ -201,6 +201,27 @@ def routed_rows(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     return int(balanced * factor)
 
 
+def _experts_keep_unweighted_activation(config: EstimatorConfig) -> bool:
+    """Whether the experts save their activation output twice: before and after the router
+    probabilities scale it.  Without a fused weighted kernel, megatron/core/transformer/moe/
+    experts.py ``TEGroupedMLP.forward`` (``bias_act_func``) and megatron/core/transformer/mlp.py
+    ``MLP.forward`` (SequentialMLP's experts, ``per_token_scale``) compute
+    ``(act(fc1) * probs).to(dtype)``: the product keeps ``act(fc1)`` for the probabilities'
+    gradient and fc2 keeps the cast result.  The fused weighted SwiGLU / quick-GeGLU kernels
+    (bias activation fusion, i.e. --bias-swiglu-fusion for SwiGLU, --bias-gelu-fusion otherwise)
+    and the fused weighted squared ReLU save only their input; with --moe-apply-probs-on-input
+    the probabilities are ones that need no gradient."""
+    ns, m = config.namespace, config.model
+    if ns.get("moe_apply_probs_on_input"):
+        return False
+    if ns.get("use_te_activation_func"):
+        return True
+    if m.activation == "squared_relu":
+        return not ns.get("use_fused_weighted_squared_relu")
+    fusion = config.kernels.bias_swiglu_fusion if m.activation == "swiglu" else config.kernels.bias_gelu_fusion
+    return not (fusion and m.activation in ("swiglu", "quick_geglu"))
+
+
 def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     m = config.model
     moe = m.moe
@@ -221,6 +242,8 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     routed += d.act * rows * fc1_width // etp                          # fc1 output
     if "moe_act" not in d.recompute:
         routed += d.linear_in * rows * moe.ffn_hidden_size // etp      # activation output
+        if _experts_keep_unweighted_activation(config):
+            routed += d.act * rows * moe.ffn_hidden_size // etp        # ... before the probs multiply
     shared = 0
     if moe.shared_expert_intermediate_size and "shared_experts" not in d.recompute:
         shared = dense_mlp_bytes(config, moe.shared_expert_intermediate_size, d.tokens, d.t)

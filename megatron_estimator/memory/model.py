@@ -21,7 +21,7 @@ from ..config import EstimatorConfig, is_deterministic
 from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
-from .overhead import Overheads, communicators, cublas_workspace_bytes, te_workspace_bytes
+from .overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_bytes
 from .parameters import ParamTensor, chunk_tensors, count
 from .states import model_states
 
@@ -193,7 +193,8 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
 
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
                                        bool(config.namespace.get("deterministic_mode")))
-    te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl)
+    te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl,
+                            te_grouped_gemm(config))
     batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
     buffers = _global_buffers(config)
     other = transient + cublas + te + batch + buffers + states.fsdp_transient
@@ -341,7 +342,8 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
                    + (" (interleaved)" if config.parallel.vpp else "")),
         Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
-                   f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}",
+                   f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}"
+                   + (" (and one per grouped-GEMM stream)" if te_grouped_gemm(config) else ""),
                    cublas),
         Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "
                    "outside the allocator", overheads.cuda_context_bytes),

@@ -53,10 +53,26 @@ def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float
     return CUBLAS_HANDLES * per_handle, f"{source}, {CUBLAS_HANDLES} handles (forward and autograd threads)"
 
 
-def te_workspace_bytes(compute_capability: float, transformer_impl: str) -> int:
+# Transformer Engine's grouped GEMM (the experts' GroupedLinear under --moe-grouped-gemm) runs
+# on its own compute streams, each with its own cuBLAS workspace, allocated once and kept:
+# transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace(grouped_gemm=True),
+# one per transformer_engine/common/util/multi_stream.cpp get_num_compute_streams() (4).
+TE_GROUPED_GEMM_STREAMS = 4
+
+
+def te_workspace_bytes(compute_capability: float, transformer_impl: str, grouped_gemm: bool = False) -> int:
+    """Transformer Engine's cuBLAS workspaces: one for its GEMMs, and with grouped GEMM experts
+    one per grouped-GEMM stream more."""
     if transformer_impl != "transformer_engine":
         return 0
-    return 32 * MiB + 1024 if compute_capability >= 9.0 else 4 * MiB
+    one = 32 * MiB + 1024 if compute_capability >= 9.0 else 4 * MiB
+    return one * (1 + (TE_GROUPED_GEMM_STREAMS if grouped_gemm else 0))
+
+
+def te_grouped_gemm(config) -> bool:
+    """Whether the experts run Transformer Engine's grouped GEMM (TEGroupedMLP)."""
+    moe = config.model.moe
+    return moe is not None and moe.grouped_gemm and config.kernels.transformer_impl == "transformer_engine"
 
 
 def communicators(parallel, moe: bool = False) -> list[str]:
