@@ -805,12 +805,11 @@ def _census(tensors) -> tuple[int, int, int, int]:
 
 def _workspaces(config, overheads, environ) -> int:
     """The cuBLAS and Transformer Engine workspaces every stage holds (memory/overhead.py)."""
-    from .memory.overhead import cublas_workspace_bytes, te_grouped_gemm, te_workspace_bytes
+    from .memory.overhead import cublas_workspace_bytes, te_workspace_for
 
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
                                        bool(config.namespace.get("deterministic_mode")))
-    return cublas + te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl,
-                                       te_grouped_gemm(config))
+    return cublas + te_workspace_for(config, overheads.compute_capability)
 
 
 class _LayoutMemory:

@@ -93,19 +93,13 @@ UNDERESTIMATED = {
 }
 
 
-# Rows underestimated by 10-13% where the configuration does say what ran: mechanisms not yet
+# Rows underestimated by 10-11% where the configuration does say what ran: mechanisms not yet
 # modelled well enough (the README's accuracy section names them).  Guarded so they only
 # improve.
 MODELLING_GAPS = {
     # --overlap-moe-expert-parallel-comm on the A100 dev file, which measures about 270 MiB
     # more per step than the same test on H100 and GB200 (both within 1% of the estimate).
     ("moe/gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4", "golden_values_dev.json"),
-    # fp8 current scaling with --tp-comm-overlap at pp 2: about 100 MiB more resident memory
-    # after a step than modelled (Transformer Engine's userbuffers are allocated outside
-    # PyTorch's allocator, so they are not it).
-    ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap", "golden_values_dev_dgx_h100.json"),
-    ("gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap",
-     "golden_values_dev_dgx_gb200.json"),
 }
 
 
@@ -114,11 +108,11 @@ def test_every_large_underestimate_is_a_named_exception(results):
     assert set(under) - UNDERESTIMATED - MODELLING_GAPS == set()
     assert UNDERESTIMATED - set(under) == set()
     assert MODELLING_GAPS - set(under) == set()        # one improved past -10%: remove it above
-    assert min(under[key] for key in MODELLING_GAPS) >= -0.13
+    assert min(under[key] for key in MODELLING_GAPS) >= -0.11
 
 
 @pytest.mark.parametrize("feature, p90_bound", [
-    ("cp", 0.04), ("mtp", 0.06), ("mla", 0.12), ("offloading", 0.12), ("recompute", 0.12), ("fp8", 0.12),
+    ("cp", 0.04), ("mtp", 0.06), ("mla", 0.12), ("offloading", 0.12), ("recompute", 0.12), ("fp8", 0.07),
 ])
 def test_feature_breakdown(results, feature, p90_bound):
     errors = [r["error"] for r in results if feature in r["features"]]

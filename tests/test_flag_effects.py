@@ -116,13 +116,13 @@ def test_modelled_dests_are_read_by_the_estimate():
 
 
 def test_memory_assumptions_for_given_dests():
-    given = ["log_interval", "cuda_graph_impl", "num_layers", "moe_enable_deepep", "tp_comm_overlap",
+    given = ["log_interval", "cuda_graph_impl", "num_layers", "moe_enable_deepep", "tp_comm_overlap_cfg",
              "moe_enable_deepep", "world_size"]
     expected = [
-        ("--tp-comm-overlap", "Transformer Engine userbuffers for tensor-parallel communication overlap "
-                              "are not modelled"),
         ("--moe-enable-deepep", "DeepEP's persistent communication buffers are not modelled"),
         ("--cuda-graph-impl", "CUDA graph static buffers and private memory pools are not modelled"),
+        ("--tp-comm-overlap-cfg", "Transformer Engine userbuffers for tensor-parallel communication overlap "
+                                  "are not modelled"),
     ]
     assert fe.memory_assumptions(given) == expected
     assert fe.memory_assumptions(reversed(given)) == expected
@@ -188,7 +188,7 @@ def test_classify():
 
 
 @pytest.mark.parametrize("dest", [
-    "moe_enable_deepep", "cuda_graph_impl", "enable_cuda_graph", "tp_comm_overlap", "nccl_ub",
+    "moe_enable_deepep", "cuda_graph_impl", "enable_cuda_graph", "tp_comm_overlap_cfg", "nccl_ub",
     "use_torch_fsdp2", "empty_unused_memory_level", "manual_gc", "freeze_all_layers",
     "perform_rl_step", "eval_micro_batch_size", "cp_comm_type",
     "use_checkpoint_args", "moe_layer_recompute", "clone_scatter_output_in_embedding",

@@ -152,3 +152,15 @@ def test_transformer_engine_workspaces_with_grouped_gemm_experts():
     plain = estimate(moe).stages[0].bytes.other
     grouped = estimate(moe, extra="--moe-grouped-gemm").stages[0].bytes.other
     assert grouped - plain == 4 * (32 * MiB + 1024)
+
+
+def test_tp_comm_overlap_adds_transformer_engines_overlap_gemm_workspace():
+    # gemm.py get_cublas_workspace(ub=True): three workspaces' worth through torch.empty.
+    from megatron_estimator.memory.overhead import te_workspace_bytes
+
+    MiB = 1 << 20
+    assert te_workspace_bytes(9.0, "transformer_engine", userbuffers=True) == 4 * (32 * MiB + 1024)
+    base = TINY_GPT + " --tensor-model-parallel-size 2 --sequence-parallel"
+    plain = estimate(base, 2).stages[0]
+    overlap = estimate(base, 2, extra="--tp-comm-overlap").stages[0]
+    assert overlap.bytes.other - plain.bytes.other == 3 * (32 * MiB + 1024)

@@ -21,7 +21,7 @@ from ..config import EstimatorConfig, is_deterministic
 from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
-from .overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_bytes
+from .overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from .parameters import ParamTensor, chunk_tensors, count
 from .states import model_states
 
@@ -193,8 +193,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
 
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
                                        bool(config.namespace.get("deterministic_mode")))
-    te = te_workspace_bytes(overheads.compute_capability, config.kernels.transformer_impl,
-                            te_grouped_gemm(config))
+    te = te_workspace_for(config, overheads.compute_capability)
     batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
     buffers = _global_buffers(config)
     other = transient + cublas + te + batch + buffers + states.fsdp_transient
@@ -343,7 +342,8 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
                    + (" (interleaved)" if config.parallel.vpp else "")),
         Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
                    f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}"
-                   + (" (and one per grouped-GEMM stream)" if te_grouped_gemm(config) else ""),
+                   + (" (and one per grouped-GEMM stream)" if te_grouped_gemm(config) else "")
+                   + (" (and three for the TP-overlap GEMMs)" if config.namespace.get("tp_comm_overlap") else ""),
                    cublas),
         Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "
                    "outside the allocator", overheads.cuda_context_bytes),
@@ -362,6 +362,10 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
             "routing", "MoE tokens spread evenly over the expert ranks"
             + (f"; the imbalanced peak assumes the hottest rank receives {imbalance:.0%} more"
                if imbalance else " (set --routing-imbalance for a hot-rank margin)"), imbalance))
+    if config.namespace.get("tp_comm_overlap"):
+        items.append(Assumption("not_modelled", "--tp-comm-overlap: the GEMM workspaces it adds are counted; "
+                                "Transformer Engine's userbuffers are allocated outside PyTorch's allocator and "
+                                "are not in the device peak"))
     for note in config.notes:
         items.append(Assumption("megatron_derived", note))
     from ..flag_effects import memory_assumptions

@@ -58,21 +58,33 @@ def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float
 # transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace(grouped_gemm=True),
 # one per transformer_engine/common/util/multi_stream.cpp get_num_compute_streams() (4).
 TE_GROUPED_GEMM_STREAMS = 4
+# The GEMMs that overlap tensor-parallel communication (--tp-comm-overlap, TE userbuffers)
+# share one workspace of _NUM_MAX_UB_STREAMS (3) workspaces' size, allocated with torch.empty
+# (the same gemm.py get_cublas_workspace(ub=True)); the userbuffers themselves are allocated
+# outside PyTorch's allocator and are not counted.
+TE_UB_STREAMS = 3
 
 
-def te_workspace_bytes(compute_capability: float, transformer_impl: str, grouped_gemm: bool = False) -> int:
-    """Transformer Engine's cuBLAS workspaces: one for its GEMMs, and with grouped GEMM experts
-    one per grouped-GEMM stream more."""
+def te_workspace_bytes(compute_capability: float, transformer_impl: str, grouped_gemm: bool = False,
+                       userbuffers: bool = False) -> int:
+    """Transformer Engine's cuBLAS workspaces: one for its GEMMs, one per grouped-GEMM stream
+    more with grouped GEMM experts, and three more with TP communication overlap."""
     if transformer_impl != "transformer_engine":
         return 0
     one = 32 * MiB + 1024 if compute_capability >= 9.0 else 4 * MiB
-    return one * (1 + (TE_GROUPED_GEMM_STREAMS if grouped_gemm else 0))
+    return one * (1 + (TE_GROUPED_GEMM_STREAMS if grouped_gemm else 0) + (TE_UB_STREAMS if userbuffers else 0))
 
 
 def te_grouped_gemm(config) -> bool:
     """Whether the experts run Transformer Engine's grouped GEMM (TEGroupedMLP)."""
     moe = config.model.moe
     return moe is not None and moe.grouped_gemm and config.kernels.transformer_impl == "transformer_engine"
+
+
+def te_workspace_for(config, compute_capability: float) -> int:
+    """Transformer Engine's workspaces for this configuration (``te_workspace_bytes``)."""
+    return te_workspace_bytes(compute_capability, config.kernels.transformer_impl, te_grouped_gemm(config),
+                              bool(config.namespace.get("tp_comm_overlap")))
 
 
 def communicators(parallel, moe: bool = False) -> list[str]:
