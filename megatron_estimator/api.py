@@ -35,6 +35,7 @@ class TrainingInput:
     # A launch whose world size cannot be told: the problem to report unless the caller gives
     # one (a launch is never estimated on a guessed world).
     world_size_unknown: Problem | None = None
+    launch_location: str | None = None  # file:line of a script's launch, where its environment applies
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -183,7 +184,8 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
             unknown = Problem("unknown-world-size", script.location,
                               f"the world size is not known ({script.world_size_source}); pass --world-size")
         return (replace(inp, world_size=script.world_size, world_size_source=script.world_size_source,
-                        environment=script.environment_dict, job_environment=True, world_size_unknown=unknown),
+                        environment=script.environment_dict, job_environment=True, world_size_unknown=unknown,
+                        launch_location=script.location),
                 tuple(problems) + flag_problems)
     if kind == "hf-config":
         from .hf import load_hf_config
@@ -217,7 +219,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
                                 environ=env,
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
-                                flash_attn=overheads.flash_attn,
+                                flash_attn=overheads.flash_attn, launch_location=inp.launch_location,
                                 job_environment=inp.job_environment)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:

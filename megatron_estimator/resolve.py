@@ -48,7 +48,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                    environ: Mapping[str, str] | None = None,
                    compute_capability: float | None = None,
                    flash_attn: str | None = None,
-                   job_environment: bool = False) -> EstimatorConfig:
+                   job_environment: bool = False, launch_location: str | None = None) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
     GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
@@ -81,6 +81,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     derived["world_size_source"] = source
     derived["_compute_capability"] = compute_capability
     derived["_flash_attn"] = flash_attn
+    derived["_launch_location"] = launch_location
     try:
         rule_problems = check_rules(derived, raw, environ)
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):

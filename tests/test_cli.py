@@ -360,3 +360,17 @@ def test_fractions_take_percent_on_the_command_line_as_in_files():
     bad = run(["estimate", "--fragmentation", "abc", "--world-size", "1", "--"] + flags(TINY_GPT))
     assert bad.returncode == 2
     assert "command line --fragmentation: must be a fraction such as 0.05 or 5%, not 'abc' [invalid-setting]" in bad.stdout
+
+
+def test_a_scripts_missing_device_connections_is_located_at_its_launch(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text("#!/bin/bash\ntorchrun --nproc_per_node 8 pretrain_gpt.py " + TINY_GPT
+                    + " --tensor-model-parallel-size 2\n")
+    result = run(["check", "--gpu", "h100", str(path)], env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    assert result.returncode == 2
+    assert (f"error: {path}:2 CUDA_DEVICE_MAX_CONNECTIONS: tensor or context parallelism on this GPU (compute "
+            "capability 9) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment; Megatron stops otherwise "
+            "(it is 8) [cuda-device-max-connections]") in result.stdout
+    path.write_text("#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
+                    + TINY_GPT + " --tensor-model-parallel-size 2\n")
+    assert run(["check", "--gpu", "h100", str(path)]).returncode == 0

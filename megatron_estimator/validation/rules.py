@@ -588,7 +588,9 @@ def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> I
     if ns.get("use_megatron_fsdp") or ns.get("use_torch_fsdp2") or ns.get("overlap_moe_expert_parallel_comm"):
         return
     if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        yield Problem("cuda-device-max-connections", "CUDA_DEVICE_MAX_CONNECTIONS",
+        launch = ns.get("_launch_location")      # a script's launch line, where its environment applies
+        yield Problem("cuda-device-max-connections",
+                      f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
                       "tensor or context parallelism on this GPU (compute capability "
                       f"{arch:g}) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment; Megatron stops "
                       f"otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
