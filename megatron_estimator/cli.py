@@ -259,7 +259,7 @@ def cmd_estimate(ns, environ) -> int:
 
 def cmd_run(ns, environ) -> int:
     from .api import evaluate, input_from_launch
-    from .launch import exec_launch, resolve_world_size
+    from .launch import resolve_world_size
 
     argv = _strip_separator(ns.launch)
     if not argv:
@@ -271,17 +271,19 @@ def cmd_run(ns, environ) -> int:
                        problems=problems, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
-        return _launch(command, exec_launch)
+        return _launch(command)
     _emit(_render([verdict], settings.format), sys.stderr)
     if settings.warn_only and command.script is not None:
         sys.stderr.write("megatron-estimator: --warn-only: launching anyway\n")
         sys.stderr.flush()
-        return _launch(command, exec_launch)
+        return _launch(command)
     return verdict.exit_code
 
 
-def _launch(command, exec_launch) -> int:
+def _launch(command) -> int:
     """exec the launch command; returns only when it cannot be run (exit 2, one message)."""
+    from .launch import exec_launch
+
     try:
         exec_launch(command)
     except OSError as err:
