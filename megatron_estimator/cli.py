@@ -407,7 +407,7 @@ def cmd_plan(ns, environ) -> int:
                       hf_config=ns.hf_config, top=ns.top, space=space, overheads=_overheads(settings),
                       environ=environ)
     except InvalidInput as err:
-        _emit(render_invalid(err.problems, fmt), sys.stdout)
+        _emit(render_invalid(err.problems, fmt, searched=getattr(err, "searched", 0)), sys.stdout)
         return EXIT_INVALID
     _emit(RENDERERS[fmt](result), sys.stdout)
     return EXIT_FITS if result.fits else EXIT_OVER_BUDGET

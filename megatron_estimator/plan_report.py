@@ -144,10 +144,11 @@ def render_markdown(plan: Plan) -> str:
 RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown}
 
 
-def render_invalid(problems: Sequence[Problem], fmt: str, source: str = "plan") -> str:
-    """The input's problems, one per line, in the plan's format."""
+def render_invalid(problems: Sequence[Problem], fmt: str, source: str = "plan", searched: int = 0) -> str:
+    """The input's problems, one per line, in the plan's format (``searched``: the layouts tried
+    before none passed Megatron's checks)."""
     if fmt == "json":
-        return json.dumps({"status": "invalid", "source": source, "candidates": [], "searched": 0, "valid": 0,
+        return json.dumps({"status": "invalid", "source": source, "candidates": [], "searched": searched, "valid": 0,
                            "fitting": 0, "problems": [p.to_json() for p in problems]}, indent=2) + "\n"
     if fmt == "markdown":
         lines = [f"### {source}: invalid", ""] + [f"- `{p.location}`: {p.message} (`{p.code}`)" for p in problems]

@@ -1704,7 +1704,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     search = _Search(inp, world_size, global_batch_size, budget_bytes, budget_source, overheads, env, space, proxy)
     search.run()
     if search.valid == 0:
-        raise InvalidInput(_no_valid_layout(search))
+        raise NoValidLayout(_no_valid_layout(search), search.searched)
     chosen = _best(search.fits, top)
     candidates = tuple(_candidate(search, fit, verify) for fit in chosen)
     notes = list(inp.notes)
@@ -1780,6 +1780,14 @@ def layout_raw(raw: RawArgs, settings: Mapping[str, Any]) -> RawArgs:
             continue
         out[dest] = RawSetting(dest, value, _flag_tokens(dest, value)[0])
     return RawArgs(out, raw.source)
+
+
+class NoValidLayout(InvalidInput):
+    """No layout passes Megatron's checks; ``searched`` says how many were tried."""
+
+    def __init__(self, problems, searched: int):
+        super().__init__(problems)
+        self.searched = searched
 
 
 def _no_valid_layout(search: _Search) -> list[Problem]:

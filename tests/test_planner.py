@@ -283,9 +283,23 @@ def test_no_valid_layout():
         planner.plan(flags(text), world_size=8, global_batch_size=1, budget="80GiB", environ={})
     problem, = err.value.problems
     assert problem.code == "no-valid-layout"
-    assert problem.message.startswith("none of the ")
+    assert problem.message.startswith(f"none of the {err.value.searched} layouts searched on 8 GPUs")
+    assert err.value.searched > 0
     for code in ("global-batch-not-divisible", "heads-not-divisible-by-tp", "seq-length-vs-cp"):
         assert code in problem.message
+    # The CLI's JSON says how many were searched, as the message does.
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    result = subprocess.run([sys.executable, "-m", "megatron_estimator", "plan", "--world-size", "8",
+                             "--global-batch-size", "1", "--budget", "80GiB", "--format", "json", "--"] + flags(text),
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "invalid" and doc["searched"] == err.value.searched
 
 
 # -- the schedule facts the planner relies on (layout.py, by brute force) -----------------------
