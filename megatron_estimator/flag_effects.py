@@ -21,7 +21,7 @@ Scope: flags that act only outside the training iteration (checkpoint save and l
 evaluation, inference and RL runs, host memory) are ``NO_MEMORY_EFFECT`` under those
 categories, except where that phase needs GPU memory a training step does not have (a
 fully reshardable checkpoint save gathers optimizer buffers on the GPU; resuming with
-``--load`` materializes the checkpoint beside the model and optimizer; evaluation runs its
+``--load`` and a fully parallel load exchanges checkpoint shards through GPU buffers; evaluation runs its
 own micro batch; RL runs the inference engine beside training): those are ``NOT_MODELLED``.
 The load's own options (``--ckpt-fully-parallel-load``, ...) are covered by ``--load``'s
 assumption.
@@ -366,8 +366,13 @@ NOT_MODELLED: Mapping[str, str] = MappingProxyType({
     "use_checkpoint_args": "model and tokenizer arguments saved in the checkpoint replace the flags; the estimate uses the flags as given",
     "use_mp_args_from_checkpoint_args": "parallel sizes saved in the checkpoint replace the flags; the estimate uses the flags as given",
     # Megatron-LM CI: resumed MoE runs (*_2nd golden values) peak at the first step after the
-    # load, up to 1.8x their first run, with the same resident memory after it.
-    "load": "resuming from a checkpoint is not modelled: the load materializes the checkpoint's tensors (and, with --ckpt-fully-parallel-load, broadcast buffers) beside the model and optimizer, and Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their first run",
+    # load, up to 1.8x their first run, with the same resident memory after it.  The load
+    # itself reads into the model's and optimizer's own tensors (dist_checkpointing
+    # strategies/torch.py, dp_reshardable optimizer state); the fully parallel load's
+    # exchange (exchange_utils.py exchange_loaded_tensors_broadcast) allocates a receive
+    # buffer on every rank of the group for each shard two or more of its ranks hold, and
+    # broadcasts asynchronously.
+    "load": "resuming from a checkpoint is not modelled: with --ckpt-fully-parallel-load, the broadcast buffers of checkpoint shards that other data-parallel ranks need can stay allocated into the first training step, and Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their first run",
     "dist_ckpt_optim_fully_reshardable": "saving gathers the distributed optimizer's buffers on data-parallel rank 0 with NCCL (GPU memory at save time); not modelled",
     "distrib_optim_fully_reshardable_mem_efficient": "the fully reshardable save's gather buffers (Gloo instead of NCCL) are not modelled",
     "fp16_lm_cross_entropy": "the fp16 cross entropy skips the fp32 copy of the logits; the estimate counts it",

@@ -170,9 +170,10 @@ def test_memory_assumptions_for_a_ci_launch():
     assert problems == ()
     values = {dest: setting.value for dest, setting in raw.settings.items()}
     assert fe.memory_assumptions(raw.settings, values) == [
-        ("--load", "resuming from a checkpoint is not modelled: the load materializes the checkpoint's tensors "
-                   "(and, with --ckpt-fully-parallel-load, broadcast buffers) beside the model and optimizer, and "
-                   "Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their first run"),
+        ("--load", "resuming from a checkpoint is not modelled: with --ckpt-fully-parallel-load, the broadcast "
+                   "buffers of checkpoint shards that other data-parallel ranks need can stay allocated into the "
+                   "first training step, and Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their "
+                   "first run"),
         ("--megatron-fsdp-main-grads-dtype", "Megatron-FSDP's main-gradient dtype is not modelled"),
         ("--megatron-fsdp-grad-comm-dtype",
          "Megatron-FSDP's gradient communication buffers in this dtype are not modelled"),
