@@ -219,7 +219,8 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
                                 environ=env,
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
-                                flash_attn=overheads.flash_attn, launch_location=inp.launch_location,
+                                flash_attn=overheads.flash_attn, resume=overheads.resume,
+                                launch_location=inp.launch_location,
                                 job_environment=inp.job_environment)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:

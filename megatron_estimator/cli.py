@@ -60,6 +60,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "
                            "falls back to unfused attention without >= 2.4.1 (default: >= 2.4.1)")
+    over.add_argument("--resume", choices=("auto", "yes", "no"),
+                      help="whether the run resumes from a checkpoint: auto (its --load directory holds one), "
+                           "yes or no (default auto)")
 
 
 def _model_source(parser: argparse.ArgumentParser) -> None:
@@ -161,7 +164,7 @@ def _options(ns: argparse.Namespace, environ):
     cli_values = {
         "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
         "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
-        "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn,
+        "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn, "resume": ns.resume,
         "warn-only": getattr(ns, "warn_only", None),
     }
     return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
@@ -177,6 +180,7 @@ def _overheads(settings):
         fragmentation=settings.fragmentation,
         routing_imbalance=settings.routing_imbalance,
         flash_attn=settings.flash_attn,
+        resume=settings.resume,
         compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
         gpu_known=gpu is not None,
     )

@@ -20,11 +20,11 @@ exist only with nvidia-modelopt or kitchen installed) is in exactly one of three
 Scope: flags that act only outside the training iteration (checkpoint save and load,
 evaluation, inference and RL runs, host memory) are ``NO_MEMORY_EFFECT`` under those
 categories, except where that phase needs GPU memory a training step does not have (a
-fully reshardable checkpoint save gathers optimizer buffers on the GPU; resuming with
-``--load`` and a fully parallel load exchanges checkpoint shards through GPU buffers; evaluation runs its
+fully reshardable checkpoint save gathers optimizer buffers on the GPU; evaluation runs its
 own micro batch; RL runs the inference engine beside training): those are ``NOT_MODELLED``.
-The load's own options (``--ckpt-fully-parallel-load``, ...) are covered by ``--load``'s
-assumption.
+A resumed run's fully parallel load keeps exchange buffers into its first training step;
+the options that decide them (``--load``, ``--ckpt-fully-parallel-load``, ...) are
+``MODELLED`` (memory/checkpoint.py).
 Routing rules are ``numerics``: the estimate's own assumption about how tokens spread over
 the experts (stated in the report) holds whatever rule picks them.  Facts come from Megatron-LM's ``megatron/training/arguments.py``
 and the modules that read each argument (``megatron/core/transformer/transformer_config.py``,
@@ -115,6 +115,10 @@ _MODELOPT_BUILDER = "ModelOpt's model builder (its own layer specs) is not model
 
 # Dests the estimate reads: changing one changes the estimate.
 MODELLED: frozenset[str] = frozenset({
+    # Resuming (resolve.resumes, memory/checkpoint.py): whether the run loads a checkpoint,
+    # and the fully parallel load's exchange buffers that outlive the load.
+    "load", "ckpt_step", "ckpt_format", "no_load_optim", "finetune", "ckpt_fully_parallel_load",
+    "ckpt_fully_parallel_load_exchange_algo", "ckpt_fully_parallel_load_process_group",
     "fp8_amax_history_len",
     "deterministic_mode",
     "overlap_moe_expert_parallel_comm",
@@ -365,14 +369,6 @@ NOT_MODELLED: Mapping[str, str] = MappingProxyType({
     "freeze_all_layers": "frozen layers run forward-only without gradients or optimizer states; the estimate trains every layer",
     "use_checkpoint_args": "model and tokenizer arguments saved in the checkpoint replace the flags; the estimate uses the flags as given",
     "use_mp_args_from_checkpoint_args": "parallel sizes saved in the checkpoint replace the flags; the estimate uses the flags as given",
-    # Megatron-LM CI: resumed MoE runs (*_2nd golden values) peak at the first step after the
-    # load, up to 1.8x their first run, with the same resident memory after it.  The load
-    # itself reads into the model's and optimizer's own tensors (dist_checkpointing
-    # strategies/torch.py, dp_reshardable optimizer state); the fully parallel load's
-    # exchange (exchange_utils.py exchange_loaded_tensors_broadcast) allocates a receive
-    # buffer on every rank of the group for each shard two or more of its ranks hold, and
-    # broadcasts asynchronously.
-    "load": "resuming from a checkpoint is not modelled: with --ckpt-fully-parallel-load, the broadcast buffers of checkpoint shards that other data-parallel ranks need can stay allocated into the first training step, and Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their first run",
     "dist_ckpt_optim_fully_reshardable": "saving gathers the distributed optimizer's buffers on data-parallel rank 0 with NCCL (GPU memory at save time); not modelled",
     "distrib_optim_fully_reshardable_mem_efficient": "the fully reshardable save's gather buffers (Gloo instead of NCCL) are not modelled",
     "fp16_lm_cross_entropy": "the fp16 cross entropy skips the fp32 copy of the logits; the estimate counts it",
@@ -677,12 +673,9 @@ NO_MEMORY_EFFECT: Mapping[str, str] = MappingProxyType({
     "non_persistent_global_ckpt_dir": CHECKPOINTING,
     "non_persistent_local_ckpt_dir": CHECKPOINTING,
     "non_persistent_local_ckpt_algo": CHECKPOINTING,
-    "finetune": CHECKPOINTING,
     "pretrained_checkpoint": CHECKPOINTING,
-    "ckpt_step": CHECKPOINTING,
     "use_tokenizer_model_from_checkpoint_args": CHECKPOINTING,
     "exit_on_missing_checkpoint": CHECKPOINTING,
-    "ckpt_format": CHECKPOINTING,
     "auto_detect_ckpt_format": CHECKPOINTING,
     "ckpt_convert_format": CHECKPOINTING,
     "ckpt_convert_save": CHECKPOINTING,
@@ -694,11 +687,8 @@ NO_MEMORY_EFFECT: Mapping[str, str] = MappingProxyType({
     "async_ckpt_cpu_priority": CHECKPOINTING,
     "async_ckpt_io_priority": CHECKPOINTING,
     "async_ckpt_use_cpu_shm": CHECKPOINTING,
-    "ckpt_fully_parallel_load": CHECKPOINTING,
-    "ckpt_fully_parallel_load_exchange_algo": CHECKPOINTING,
     "ckpt_fully_parallel_load_per_rank_objects": CHECKPOINTING,
     "ckpt_fully_parallel_save_process_group": CHECKPOINTING,
-    "ckpt_fully_parallel_load_process_group": CHECKPOINTING,
     "ckpt_assume_constant_structure": CHECKPOINTING,
     "ckpt_pg_tensors_cache_path": CHECKPOINTING,
     "ckpt_pg_tensors_cache_create": CHECKPOINTING,
@@ -713,7 +703,6 @@ NO_MEMORY_EFFECT: Mapping[str, str] = MappingProxyType({
     "verify_integrity": CHECKPOINTING,
     "no_save_optim": CHECKPOINTING,
     "no_save_rng": CHECKPOINTING,
-    "no_load_optim": CHECKPOINTING,
     "no_load_rng": CHECKPOINTING,
     "override_ckpt_iteration": CHECKPOINTING,
     "use_dist_ckpt_deprecated": DEPRECATED,

@@ -1237,6 +1237,9 @@ class _Search:
         from .validation.schema import check_config_schema
 
         self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
+        # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
+        # (memory/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
+        overheads = replace(overheads, resume="no") if hasattr(overheads, "resume") else overheads
         self.overheads, self.env, self.space, self.proxy_assumptions = overheads, environ, space, proxy
         self.rules = tuple(RULES)
         job_environment = bool(getattr(inp, "job_environment", False))
@@ -1264,7 +1267,7 @@ class _Search:
         try:
             self.reference = resolve_config(self.raw, world_size=1, world_size_source="plan", environ=environ,
                                             compute_capability=self.compute_capability,
-                                            flash_attn=overheads.flash_attn,
+                                            flash_attn=overheads.flash_attn, resume="no",
                                             job_environment=job_environment)
             self.base_problems: tuple[Problem, ...] = ()
         except InvalidInput as err:

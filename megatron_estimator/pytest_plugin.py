@@ -51,7 +51,7 @@ Within one place a budget outweighs a GPU; a GPU named in a higher place outweig
 a lower one, as in ``megatron_estimator.settings``.  The GPU in force (the first named, in the
 same order) also sets the compute capability the overhead estimate assumes.  The other
 settings (``cuda-context``, ``nccl-buffers``, ``fragmentation``, ``routing-imbalance``,
-``flash-attn``) come
+``flash-attn``, ``resume``) come
 from the project settings as they do for the CLI; ``format`` and ``warn-only`` do not apply.
 A bad ``--megatron-budget`` / ``--megatron-gpu`` or ini value stops pytest with a usage
 error; a bad marker GPU name is a collection error of that test.
@@ -347,7 +347,7 @@ def _overheads(settings, gpu):
     extra = {"compute_capability": gpu.compute_capability_value, "gpu_known": True} if gpu is not None else {}
     return Overheads(cuda_context_bytes=settings.cuda_context, nccl_bytes_per_communicator=settings.nccl_buffers,
                      fragmentation=settings.fragmentation, routing_imbalance=settings.routing_imbalance,
-                     flash_attn=settings.flash_attn, **extra)
+                     flash_attn=settings.flash_attn, resume=settings.resume, **extra)
 
 
 def _problem_text(what: str, problems) -> str:

@@ -135,6 +135,18 @@ def _flash_attn(raw: Any) -> str:
     raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {_describe(raw)}")
 
 
+def _resume(raw: Any) -> str:
+    """``auto`` (the --load directory says), ``yes`` or ``no``."""
+    text = raw.strip().lower() if isinstance(raw, str) else raw
+    if text is True or text in ("yes", "true", "1", "on"):
+        return "yes"
+    if text is False or text in ("no", "false", "0", "off"):
+        return "no"
+    if text == "auto":
+        return "auto"
+    raise ValueError(f"must be auto, yes or no, not {_describe(raw)}")
+
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -226,6 +238,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         ">= 2.4.1 is assumed)",
     ),
     SettingSpec(
+        "resume", "choice", "auto", _resume,
+        "whether the run resumes from a checkpoint: auto (its --load directory holds one: "
+        "latest_checkpointed_iteration.txt), yes or no.  A resumed run with "
+        "--ckpt-fully-parallel-load keeps the load's broadcast buffers into its first step",
+    ),
+    SettingSpec(
         "warn-only", "bool", False, _bool,
         "report an over-budget configuration but exit 0 (invalid input still fails)",
     ),
@@ -296,6 +314,7 @@ class Settings:
     fragmentation: float
     routing_imbalance: float
     flash_attn: str | None
+    resume: str
     warn_only: bool
     entries: Mapping[str, SettingEntry] = field(hash=False, repr=False)
     config_file: str | None = None           # the file read, if any

@@ -170,15 +170,11 @@ def test_memory_assumptions_for_a_ci_launch():
     assert problems == ()
     values = {dest: setting.value for dest, setting in raw.settings.items()}
     assert fe.memory_assumptions(raw.settings, values) == [
-        ("--load", "resuming from a checkpoint is not modelled: with --ckpt-fully-parallel-load, the broadcast "
-                   "buffers of checkpoint shards that other data-parallel ranks need can stay allocated into the "
-                   "first training step, and Megatron-LM's CI measured resumed MoE runs peaking up to 1.8x their "
-                   "first run"),
         ("--megatron-fsdp-main-grads-dtype", "Megatron-FSDP's main-gradient dtype is not modelled"),
         ("--megatron-fsdp-grad-comm-dtype",
          "Megatron-FSDP's gradient communication buffers in this dtype are not modelled"),
     ]
-    assert len(fe.memory_assumptions(raw.settings)) == 4      # without values: the fp32 default too
+    assert len(fe.memory_assumptions(raw.settings)) == 3      # without values: the fp32 default too
 
 
 def test_classify():

@@ -57,7 +57,7 @@ def test_the_defaults_live_in_one_table():
     assert [(s.key, s.default) for s in SETTINGS] == [
         ("budget", None), ("gpu", None), ("format", "text"), ("cuda-context", 512 * MiB),
         ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("flash-attn", None),
-        ("warn-only", False)]
+        ("resume", "auto"), ("warn-only", False)]
     assert [row[:3] for row in settings_help()] == [
         ("budget", "MEGATRON_ESTIMATOR_BUDGET", "none"),
         ("gpu", "MEGATRON_ESTIMATOR_GPU", "none"),
@@ -67,6 +67,7 @@ def test_the_defaults_live_in_one_table():
         ("fragmentation", "MEGATRON_ESTIMATOR_FRAGMENTATION", "0.05 (5%)"),
         ("routing-imbalance", "MEGATRON_ESTIMATOR_ROUTING_IMBALANCE", "0 (0%)"),
         ("flash-attn", "MEGATRON_ESTIMATOR_FLASH_ATTN", ">= 2.4.1 (assumed)"),
+        ("resume", "MEGATRON_ESTIMATOR_RESUME", "auto"),
         ("warn-only", "MEGATRON_ESTIMATOR_WARN_ONLY", "false"),
     ]
     assert all(help_line for *_, help_line in settings_help())
@@ -84,6 +85,7 @@ LAYERS = {
     "fragmentation": ("0.2", "10%", "0.07", (0.2, 0.1, 0.07)),
     "routing-imbalance": ("0.5", "0.25", "0.1", (0.5, 0.25, 0.1)),
     "flash-attn": ("none", "2.3.6", '"2.7.4.post1"', ("none", "2.3.6", "2.7.4.post1")),
+    "resume": ("yes", "no", '"auto"', ("yes", "no", "auto")),
     "warn-only": (True, "false", "true", (True, False, True)),
 }
 
@@ -350,7 +352,7 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
         ("unknown-setting", f"{path}:4 [tool.megatron-estimator] colour", "'colour' is not a setting"),
     ]
     assert problems[0].message.endswith(
-        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, warn-only)")
+        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, resume, warn-only)")
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
@@ -451,6 +453,7 @@ def test_settings_are_frozen_and_report_their_sources(repo):
         ("fragmentation", "0.07 (7%)", "command line --fragmentation"),
         ("routing-imbalance", "0 (0%)", "default"),
         ("flash-attn", ">= 2.4.1 (assumed)", "default"),
+        ("resume", "auto", "default"),
         ("warn-only", "true", "MEGATRON_ESTIMATOR_WARN_ONLY"),
     )
 

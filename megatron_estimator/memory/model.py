@@ -21,6 +21,7 @@ from ..config import EstimatorConfig, is_deterministic
 from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
+from .checkpoint import load_exchange_bytes, resume_load
 from .overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from .parameters import ParamTensor, chunk_tensors, count
 from .states import model_states
@@ -196,7 +197,10 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     te = te_workspace_for(config, overheads.compute_capability)
     batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
     buffers = _global_buffers(config)
-    other = transient + cublas + te + batch + buffers + states.fsdp_transient
+    # A resumed run with --ckpt-fully-parallel-load: the load's broadcast buffers outlive it
+    # into the first step (memory/checkpoint.py).
+    exchange = load_exchange_bytes(config, tensors)
+    other = transient + cublas + te + batch + buffers + states.fsdp_transient + exchange
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
     groups = communicators(p, config.model.moe is not None)
@@ -218,6 +222,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("fp8_weight_copies", states.fp8_weight_copies),
         ("fsdp_unsharded_in_flight", states.fsdp_transient),
         ("deferred_embedding_wgrad", deferred),
+        ("checkpoint_load_buffers", exchange),
     )
     imbalanced = None
     if config.model.moe is not None and overheads.routing_imbalance > 0:
@@ -362,6 +367,11 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
             "routing", "MoE tokens spread evenly over the expert ranks"
             + (f"; the imbalanced peak assumes the hottest rank receives {imbalance:.0%} more"
                if imbalance else " (set --routing-imbalance for a hot-rank margin)"), imbalance))
+    resume_note = config.namespace.get("_resume_note")
+    if resume_note:
+        load = resume_load(config)
+        items.append(Assumption("resume", resume_note + (f"; {load.why}" if load is not None else ""),
+                                bool(config.namespace.get("_resuming"))))
     if config.namespace.get("tp_comm_overlap"):
         items.append(Assumption("not_modelled", "--tp-comm-overlap: the GEMM workspaces it adds are counted; "
                                 "Transformer Engine's userbuffers are allocated outside PyTorch's allocator and "

@@ -31,6 +31,7 @@ class Overheads:
     compute_capability: float = 9.0          # Hopper unless the GPU is known
     gpu_known: bool = False                  # the user named the GPU (--gpu): GPU-specific checks run
     flash_attn: str | None = None            # the job's flash-attn: a version, "none", or None (>= 2.4.1)
+    resume: str = "auto"                     # the run resumes from a checkpoint: auto (--load has one), yes, no
 
 
 # cuBLAS handles (and so workspaces) are per thread: the forward runs on the main thread and

@@ -1,0 +1,154 @@
+"""Resuming from a checkpoint: whether a run resumes (resolve.resumes) and the fully parallel
+load's broadcast buffers it keeps into its first step (memory/checkpoint.py)."""
+
+from __future__ import annotations
+
+import json
+
+from megatron_estimator.flags import parse_megatron_argv
+from megatron_estimator.layout import pipeline_stages
+from megatron_estimator.memory.checkpoint import load_exchange_bytes, resume_load
+from megatron_estimator.memory.model import estimate
+from megatron_estimator.memory.parameters import chunk_tensors
+from megatron_estimator.resolve import resolve_config, resumes
+
+from conftest import TINY_GPT, flags
+from test_cli import run
+
+# World 8: tp 2, dp 4, ep 2, etp 2 (the default, = tp), so edp 2.  Ranks of the stage are
+# numbered tp fastest, then dp (dense) and etp, ep, edp (experts); the rank the estimate stands
+# for is the last, 7: tp 1, dp 3 / etp 1, ep 1, edp 1.  Its data-parallel group is {1, 3, 5, 7},
+# whose ep coordinates are 0, 1, 0, 1 and edp coordinates 0, 0, 1, 1.
+MOE = (TINY_GPT + " --num-experts 4 --moe-router-topk 1 --disable-bias-linear --sequence-parallel "
+       "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer "
+       "--load /nonexistent/ckpt --ckpt-fully-parallel-load")
+
+
+def config_of(extra: str = "", resume: str = "yes", text: str = MOE, world: int = 8):
+    raw, problems = parse_megatron_argv(flags(text, extra))
+    assert not problems, problems
+    return resolve_config(raw, world_size=world, world_size_source="test", environ={}, resume=resume)
+
+
+def exchange(config):
+    stage = pipeline_stages(config)[0]
+    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    dense = sum(t.numel for chunk in tensors for t in chunk if not t.expert)
+    expert = sum(t.numel for chunk in tensors for t in chunk if t.expert)
+    return load_exchange_bytes(config, tensors), dense, expert
+
+
+def test_the_rank_receives_the_other_expert_ranks_weights():
+    # One optimizer instance: each optimizer piece has one holder, never exchanged.  The
+    # other ep rank's expert weights (held by ranks 1 and 5) arrive in bf16 buffers.
+    buffers, dense, expert = exchange(config_of())
+    assert dense > 0 and expert > 0
+    assert buffers == 2 * expert
+
+
+def test_two_optimizer_instances_exchange_the_other_shards_states():
+    # Instances {1, 3} and {5, 7}: every piece has a holder in each instance.  Rank 7 receives
+    # the other ep rank's weights (2 B) and fp32 main params and moments of its experts (12 B,
+    # edp 2 / 2 instances = 1 shard), and the other intra-instance dense shard (12 B / 2).
+    buffers, dense, expert = exchange(config_of("--num-distributed-optimizer-instances 2"))
+    assert buffers == 2 * expert + 12 * expert + 12 * dense // 2
+
+
+def test_no_load_optim_and_finetune_load_the_weights_only():
+    for extra in ("--no-load-optim", "--finetune"):
+        buffers, dense, expert = exchange(config_of("--num-distributed-optimizer-instances 2 " + extra))
+        assert buffers == 2 * expert, extra
+
+
+def test_a_plain_optimizer_exchanges_expert_states_with_their_weights():
+    # Without the distributed optimizer, the expert states are replicated like the expert
+    # weights: bf16 weights, fp32 main params and Adam's two fp32 moments of the other ep rank.
+    buffers, dense, expert = exchange(config_of(text=MOE.replace(" --use-distributed-optimizer", "")))
+    assert buffers == (2 + 4 + 8) * expert
+
+
+def test_the_expert_data_parallel_group_holds_the_same_experts():
+    # --ckpt-fully-parallel-load-process-group ep_dp: the group {3, 7} holds the same experts
+    # and the same optimizer pieces, so it exchanges nothing it does not need.
+    buffers, _, _ = exchange(config_of("--num-distributed-optimizer-instances 2 "
+                                       "--ckpt-fully-parallel-load-process-group ep_dp"))
+    assert buffers == 0
+
+
+def test_a_dense_model_with_one_instance_exchanges_nothing():
+    buffers, dense, expert = exchange(config_of(text=TINY_GPT + " --tensor-model-parallel-size 2 "
+                                                "--use-distributed-optimizer --load /ckpt --ckpt-fully-parallel-load"))
+    assert (buffers, expert) == (0, 0)
+
+
+def test_nothing_without_a_resume_or_a_fully_parallel_load():
+    assert exchange(config_of(resume="no"))[0] == 0
+    assert exchange(config_of(text=MOE.replace(" --ckpt-fully-parallel-load", "")))[0] == 0
+
+
+def test_load_paths_the_estimate_does_not_model_are_said():
+    for extra, why in (("--ckpt-fully-parallel-load-exchange-algo gather_rounds", "gather_rounds exchange"),
+                       ("--dist-ckpt-optim-fully-reshardable", "fully reshardable")):
+        config = config_of(extra)
+        assert not resume_load(config).modelled and why in resume_load(config).why
+        assert exchange(config)[0] == 0
+    assert resume_load(config_of()).modelled
+    assert resume_load(config_of(resume="no")) is None
+
+
+def test_the_buffers_are_in_the_peak_and_the_report_says_why():
+    fresh = estimate(config_of(resume="no")).stages[0]
+    resumed_estimate = estimate(config_of("--num-distributed-optimizer-instances 2"))
+    resumed = resumed_estimate.stages[0]
+    fresh_two = estimate(config_of("--num-distributed-optimizer-instances 2", resume="no")).stages[0]
+    buffers = dict(resumed.details)["checkpoint_load_buffers"]
+    assert buffers > 0 and dict(fresh.details)["checkpoint_load_buffers"] == 0
+    assert resumed.allocated_peak_bytes == fresh_two.allocated_peak_bytes + buffers
+    texts = [a.text for a in resumed_estimate.assumptions if a.key == "resume"]
+    assert texts == ["resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes); "
+                     "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that other ranks "
+                     "of its group hold stay allocated into the first training step (counted, an upper bound)"]
+
+
+def test_auto_resumes_when_the_load_directory_holds_a_checkpoint(tmp_path):
+    ns = {"load": str(tmp_path), "ckpt_step": None}
+    assert resumes(ns, "auto") == (False, f"resume: --load {tmp_path} holds no checkpoint "
+                                          "(latest_checkpointed_iteration.txt is not there): estimated as a first "
+                                          "run; say --resume yes for a run that will find one")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
+    assert resumes(ns, "auto") == (True, f"resume: from the checkpoint in --load {tmp_path} "
+                                         "(latest_checkpointed_iteration.txt is there)")
+    assert resumes(ns, "no") == (False, None)
+
+
+def test_auto_resumes_from_the_ckpt_step_directory(tmp_path):
+    (tmp_path / "iter_0000050").mkdir()
+    assert resumes({"load": str(tmp_path), "ckpt_step": 50}, "auto")[0] is True
+    assert resumes({"load": str(tmp_path), "ckpt_step": 60}, "auto")[0] is False
+
+
+def test_without_load_nothing_resumes():
+    assert resumes({"load": None}, "auto") == (False, None)
+    assert resumes({"load": None}, "yes") == (False, "resume: --resume yes, but there is no --load: nothing is loaded")
+
+
+def test_the_cli_reads_the_checkpoint_directory(tmp_path):
+    argv = flags(MOE.replace("/nonexistent/ckpt", str(tmp_path)), "--num-distributed-optimizer-instances 2")
+    first = run(["estimate", "--world-size", "8", "--format", "json", "--"] + argv)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
+    again = run(["estimate", "--world-size", "8", "--format", "json", "--"] + argv)
+    told = run(["estimate", "--world-size", "8", "--format", "json", "--resume", "no", "--"] + argv)
+    assert first.returncode == again.returncode == told.returncode == 0
+
+    def peak(result):
+        return json.loads(result.stdout)["stages"][0]["allocated_peak_bytes"]
+
+    config = config_of("--num-distributed-optimizer-instances 2")
+    assert peak(again) - peak(first) == exchange(config)[0] > 0
+    assert peak(told) == peak(first)
+
+
+def test_a_bad_resume_value_is_a_usage_problem():
+    result = run(["estimate", "--resume", "maybe", "--world-size", "1", "--"] + flags(TINY_GPT))
+    assert result.returncode == 2
+    assert "invalid choice: 'maybe'" in result.stderr
