@@ -58,8 +58,7 @@ def resume_load(config: EstimatorConfig) -> ResumeLoad | None:
     if not ns.get("_resuming"):
         return None
     if config.precision.use_megatron_fsdp or ns.get("ckpt_format") == "fsdp_dtensor":
-        return ResumeLoad(False, "the Megatron-FSDP (fsdp_dtensor) load's memory is not modelled "
-                                 "(Megatron-LM's CI measured a resumed MoE run keeping 2 GB after it)")
+        return ResumeLoad(False, "the Megatron-FSDP (fsdp_dtensor) load's memory is not modelled")
     if ns.get("ckpt_format") not in ("torch_dist", None) or not ns.get("ckpt_fully_parallel_load"):
         return ResumeLoad(True, "the load reads into the model's and optimizer's own tensors; nothing is added")
     algo = ns.get("ckpt_fully_parallel_load_exchange_algo") or "broadcast"
