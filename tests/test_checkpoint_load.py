@@ -107,7 +107,13 @@ def test_the_buffers_are_in_the_peak_and_the_report_says_why():
     texts = [a.text for a in resumed_estimate.assumptions if a.key == "resume"]
     assert texts == ["resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes); "
                      "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that other ranks "
-                     "of its group hold stay allocated into the first training step (counted, an upper bound)"]
+                     "of its group hold stay allocated into the first training step (counted, an upper bound): "
+                     "2.1 MiB on stage 0 (with --ckpt-fully-parallel-load-process-group ep_dp: none)"]
+    assert buffers == 2_253_568
+    dense = estimate(config_of(text=TINY_GPT + " --tensor-model-parallel-size 2 --use-distributed-optimizer "
+                                         "--load /ckpt --ckpt-fully-parallel-load"))
+    assert [a.text for a in dense.assumptions if a.key == "resume"][0].endswith(
+        ": none here (every shard its group exchanges is one this rank holds)")
 
 
 def test_auto_resumes_when_the_load_directory_holds_a_checkpoint(tmp_path):

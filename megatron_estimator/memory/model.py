@@ -22,7 +22,7 @@ from ..layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_s
 from ..results import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from . import activations as act
 from .checkpoint import load_exchange_bytes, resume_load
-from .overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
+from .overhead import GiB, Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from .parameters import ParamTensor, chunk_tensors, count
 from .states import model_states
 
@@ -300,12 +300,30 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
         world_size_source=config.world_size_source,
         parallelism=MappingProxyType(config.parallel.as_dict()),
         stages=results,
-        assumptions=assumptions(config, overheads, environ),
+        assumptions=assumptions(config, overheads, environ, results),
         budget_bytes=budget,
         budget_source=budget_source,
         model_summary=model_summary(config),
         total_parameters=total_parameters(config, stages, stage_tensors),
     )
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+
+
+def _ep_dp_hint(config: EstimatorConfig, most: int) -> str:
+    """What the expert data-parallel load group would keep instead, when that is less."""
+    if config.model.moe is None or config.namespace.get("ckpt_fully_parallel_load_process_group") == "ep_dp":
+        return ""
+    from dataclasses import replace
+
+    ep_dp = replace(config, namespace={**config.namespace, "ckpt_fully_parallel_load_process_group": "ep_dp"})
+    fewer = max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
+                for stage in pipeline_stages(ep_dp))
+    if fewer >= most:
+        return ""
+    return f" (with --ckpt-fully-parallel-load-process-group ep_dp: {_size(fewer) if fewer else 'none'})"
 
 
 def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
@@ -329,7 +347,8 @@ def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> tuple[Assumption, ...]:
+def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str],
+                stages: tuple[StageEstimate, ...] = ()) -> tuple[Assumption, ...]:
     k = config.kernels
     cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
                                                    bool(config.namespace.get("deterministic_mode")))
@@ -370,8 +389,13 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
     resume_note = config.namespace.get("_resume_note")
     if resume_note:
         load = resume_load(config)
-        items.append(Assumption("resume", resume_note + (f"; {load.why}" if load is not None else ""),
-                                bool(config.namespace.get("_resuming"))))
+        text = resume_note + (f"; {load.why}" if load is not None else "")
+        buffers = [(dict(s.details).get("checkpoint_load_buffers", 0), s.pipeline_rank) for s in stages]
+        most, rank = max(buffers, default=(0, 0))
+        if load is not None and load.modelled and config.namespace.get("ckpt_fully_parallel_load"):
+            text += (f": {_size(most)} on stage {rank}" + _ep_dp_hint(config, most) if most else ": none here (every shard "
+                     "its group exchanges is one this rank holds)")
+        items.append(Assumption("resume", text, bool(config.namespace.get("_resuming"))))
     if config.namespace.get("tp_comm_overlap"):
         items.append(Assumption("not_modelled", "--tp-comm-overlap: the GEMM workspaces it adds are counted; "
                                 "Transformer Engine's userbuffers are allocated outside PyTorch's allocator and "
