@@ -72,6 +72,18 @@ def output(result) -> str:
     return result.stdout.str() + result.stderr.str()
 
 
+def failing_assert_fits(pytester, call_args: str) -> str:
+    """The output of one generated test that calls ``megatron_memory.assert_fits(call_args)``
+    and fails."""
+    pytester.makepyfile(f"""
+        def test_assert_fits(megatron_memory):
+            megatron_memory.assert_fits({call_args})
+    """)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    return output(result)
+
+
 def problem_line(p) -> str:
     return f"{p.location}: {p.message} [{p.code}]"
 
@@ -194,13 +206,7 @@ def test_megatron_rule_violations_fail_the_test_listing_every_problem(pytester):
     assert not problems and verdict.estimate is None
     codes = {p.code for p in verdict.problems}
     assert {"heads-not-dividing-hidden", "heads-not-divisible-by-tp"} <= codes
-    pytester.makepyfile(f"""
-        def test_assert_fits(megatron_memory):
-            megatron_memory.assert_fits({bad!r}, world_size=4, budget="80GiB")
-    """)
-    result = run(pytester)
-    result.assert_outcomes(failed=1)
-    text = output(result)
+    text = failing_assert_fits(pytester, f'{bad!r}, world_size=4, budget="80GiB"')
     for problem in verdict.problems:
         assert problem_line(problem) in text
 
@@ -232,13 +238,7 @@ def test_mapping_and_file_inputs_match_the_library(pytester):
 
 
 def test_no_budget_configured(pytester):
-    pytester.makepyfile(f"""
-        def test_assert_fits(megatron_memory):
-            megatron_memory.assert_fits({SMALL!r})
-    """)
-    result = run(pytester)
-    result.assert_outcomes(failed=1)
-    text = output(result)
+    text = failing_assert_fits(pytester, repr(SMALL))
     assert "AssertionError: no GPU memory budget is configured for megatron_memory.assert_fits" in text
     assert "budget: none given (report only)" in text     # the report is still shown
 
@@ -499,13 +499,7 @@ def test_megatron_estimator_is_imported_only_when_used(pytester, monkeypatch, us
 
 def test_an_unknown_flag_does_not_hide_megatrons_own_checks(pytester):
     bad = SMALL + ["--bogus-flag", "--global-batch-size", "7"]
-    pytester.makepyfile(f"""
-        def test_assert_fits(megatron_memory):
-            megatron_memory.assert_fits({bad!r}, world_size=2, budget="80GiB")
-    """)
-    result = run(pytester)
-    result.assert_outcomes(failed=1)
-    text = output(result)
+    text = failing_assert_fits(pytester, f'{bad!r}, world_size=2, budget="80GiB"')
     assert "invalid Megatron configuration (command line): 2 problems" in text
     assert "--bogus-flag: unknown flag" in text
     assert "[global-batch-not-divisible]" in text
