@@ -1239,7 +1239,7 @@ class _Search:
         self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
         # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
         # (memory/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
-        overheads = replace(overheads, resume="no") if hasattr(overheads, "resume") else overheads
+        overheads = replace(overheads, resume="no")
         self.overheads, self.env, self.space, self.proxy_assumptions = overheads, environ, space, proxy
         self.rules = tuple(RULES)
         job_environment = bool(getattr(inp, "job_environment", False))

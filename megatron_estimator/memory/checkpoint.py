@@ -43,12 +43,14 @@ from dataclasses import dataclass
 
 from ..config import EstimatorConfig
 from .parameters import ParamTensor
-from .states import DTYPE_BYTES, _master_bytes, _moment_bytes
+from .states import DTYPE_BYTES, master_param_bytes, moment_bytes
+
 
 @dataclass(frozen=True)
 class ResumeLoad:
     """How a resumed run loads, as far as memory goes."""
     modelled: bool               # the estimate knows this load path
+    exchanges: bool              # and it is the fully parallel load's broadcast exchange
     why: str                     # what the report says about it
 
 
@@ -58,17 +60,17 @@ def resume_load(config: EstimatorConfig) -> ResumeLoad | None:
     if not ns.get("_resuming"):
         return None
     if config.precision.use_megatron_fsdp or ns.get("ckpt_format") == "fsdp_dtensor":
-        return ResumeLoad(False, "the Megatron-FSDP (fsdp_dtensor) load's memory is not modelled")
+        return ResumeLoad(False, False, "the Megatron-FSDP (fsdp_dtensor) load's memory is not modelled")
     if ns.get("ckpt_format") not in ("torch_dist", None) or not ns.get("ckpt_fully_parallel_load"):
-        return ResumeLoad(True, "the load reads into the model's and optimizer's own tensors; nothing is added")
+        return ResumeLoad(True, False, "the load reads into the model's and optimizer's own tensors; nothing is added")
     algo = ns.get("ckpt_fully_parallel_load_exchange_algo") or "broadcast"
     if algo != "broadcast":
-        return ResumeLoad(False, f"the fully parallel load's {algo} exchange buffers are not modelled")
+        return ResumeLoad(False, False, f"the fully parallel load's {algo} exchange buffers are not modelled")
     if loads_optimizer(config) and config.precision.use_distributed_optimizer \
             and ns.get("dist_ckpt_optim_fully_reshardable"):
-        return ResumeLoad(False, "the fully parallel load of a fully reshardable optimizer checkpoint "
+        return ResumeLoad(False, False, "the fully parallel load of a fully reshardable optimizer checkpoint "
                                  "(--dist-ckpt-optim-fully-reshardable) is not modelled")
-    return ResumeLoad(True, "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that "
+    return ResumeLoad(True, True, "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that "
                             "other ranks of its group hold stay allocated into the first training step "
                             "(counted, an upper bound)")
 
@@ -83,16 +85,15 @@ def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[Param
     into the first step of a resumed run (0 when the run does not resume, or its load does
     not exchange).  ``chunks_tensors``: the stage's tensors, one list per model chunk."""
     load = resume_load(config)
-    if load is None or not load.modelled or not config.namespace.get("ckpt_fully_parallel_load") \
-            or config.namespace.get("ckpt_format") not in ("torch_dist", None):
+    if load is None or not load.exchanges:
         return 0
     p, prec, ns = config.parallel, config.precision, config.namespace
     tensors = [t for chunk in chunks_tensors for t in chunk]
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     optimizer = loads_optimizer(config)
-    master = _master_bytes(config)
+    master = master_param_bytes(config)
     expert_weights = sum(t.numel for t in tensors if t.expert) * param_bytes
-    states = {expert: sum(int(t.numel * (master + _moment_bytes(config, t))) for t in tensors if t.expert == expert)
+    states = {expert: sum(int(t.numel * (master + moment_bytes(config, t))) for t in tensors if t.expert == expert)
               for expert in (False, True)}
     layer_wise = bool(ns.get("use_layer_wise_distributed_optimizer"))
     distributed = prec.use_distributed_optimizer and not layer_wise

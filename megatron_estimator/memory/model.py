@@ -392,7 +392,7 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         text = resume_note + (f"; {load.why}" if load is not None else "")
         buffers = [(dict(s.details).get("checkpoint_load_buffers", 0), s.pipeline_rank) for s in stages]
         most, rank = max(buffers, default=(0, 0))
-        if load is not None and load.modelled and config.namespace.get("ckpt_fully_parallel_load"):
+        if load is not None and load.exchanges:
             text += (f": {_size(most)} on stage {rank}" + _ep_dp_hint(config, most) if most else ": none here (every shard "
                      "its group exchanges is one this rank holds)")
         items.append(Assumption("resume", text, bool(config.namespace.get("_resuming"))))

@@ -105,7 +105,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
 
     weights = gradients = master = moments = padding = fp8_copies = 0
     unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
-    master_bytes = _master_bytes(config)
+    master_bytes = master_param_bytes(config)
     for tensors in chunks_tensors:
         for expert in (False, True):
             group = [t for t in tensors if t.expert == expert]
@@ -137,7 +137,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             fp8_copies += fp8_scaling_state_bytes(config, sum(1 for t in group if t.kind == "linear")) if prec.fp8 else 0
             local = numel / shard if distributed else numel
             master += int(local * master_bytes)
-            moments += int(sum(t.numel * _moment_bytes(config, t) for t in group) / (shard if distributed else 1))
+            moments += int(sum(t.numel * moment_bytes(config, t) for t in group) / (shard if distributed else 1))
     if ping_pong:
         master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
                                                       master_bytes, dense_shard, expert_shard)
@@ -258,7 +258,7 @@ def _layer_wise_ping_pong_bytes(config: EstimatorConfig, tensors: list[ParamTens
             rank = loop[index % len(loop)]
             per_rank_master[expert, rank] = per_rank_master.get((expert, rank), 0) + tensor.numel * master_bytes
             per_rank_moments[expert, rank] = (per_rank_moments.get((expert, rank), 0)
-                                              + tensor.numel * _moment_bytes(config, tensor))
+                                              + tensor.numel * moment_bytes(config, tensor))
     master = moments = 0
     for expert, size in ((False, dense_shard), (True, expert_shard)):
         ranks = range(size)
@@ -268,7 +268,7 @@ def _layer_wise_ping_pong_bytes(config: EstimatorConfig, tensors: list[ParamTens
     return master, moments
 
 
-def _master_bytes(config: EstimatorConfig) -> float:
+def master_param_bytes(config: EstimatorConfig) -> float:
     """fp32 master copy per (sharded) parameter of a 16-bit model; none for fp32 training.
     The precision-aware optimizer keeps --main-params-dtype, and for bf16 params with fp32
     main params only the 16-bit remainder (optimizer_config.py store_param_remainders, on by
@@ -283,7 +283,7 @@ def _master_bytes(config: EstimatorConfig) -> float:
     return 4
 
 
-def _moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
+def moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
     """Optimizer state bytes per parameter (megatron/core/optimizer/__init__.py):
     Adam exp_avg + exp_avg_sq; SGD one momentum buffer (none with --sgd-momentum 0); Lion one
     exp_avg; Muon one momentum buffer for 2-D hidden weights and Adam for the rest
