@@ -15,13 +15,15 @@ parallelism (``--ckpt-fully-parallel-load-process-group dp``) or the expert data
 group (``ep_dp``).  Each rank reads part of the shards, then for every shard that two or more
 ranks of the group hold, every rank of the group joins a broadcast.  A rank that does not
 hold the shard receives it into a fresh CUDA buffer (``_get_empty_tensor_for_exchange``), and
-the broadcast is asynchronous.  PyTorch's ProcessGroupNCCL keeps an asynchronous
-collective's tensors until the work is waited on, or until the group's next call after the
-watchdog has seen it complete (pytorch/pytorch #148590, #150398).  The load makes no further
-call on the group, so the received buffers can stay allocated into the first training step,
-until its first collective on that group.  The estimate counts all of them, an upper bound:
-in Megatron-LM's CI the multi-instance MoE rerun on H100 kept all 0.82 GB of them (its peak
-is the first run's plus exactly these), and on GB200 43%.
+the broadcast is asynchronous and never waited on.  PyTorch's ProcessGroupNCCL keeps the
+tensors of an asynchronous collective (CPU-side stashing, pytorch/pytorch #148590 relanded as
+#150398) until the work is waited on; for work nobody waits on, the release comes only once
+its watchdog has seen the collective complete, as a safety net rather than at a set time.
+Every buffer is allocated when its broadcast is issued, and the broadcasts are issued faster
+than they complete, so the received buffers can stay allocated into the first training step.
+The estimate counts all of them, an upper bound: in Megatron-LM's CI the multi-instance MoE
+rerun on H100 kept all 0.82 GB of them (its peak is the first run's plus exactly these),
+and on GB200 43%.
 
 Which shards two or more ranks of the group hold, for ranks numbered as
 megatron/core/parallel_state.py numbers them (dense: tp, cp, dp, pp fastest first; experts:
