@@ -16,15 +16,15 @@ __all__ = ["estimate", "InvalidInput", "Problem", "Estimate", "StageEstimate", "
 
 def __getattr__(name):
     if name == "estimate":
-        from .api import estimate
+        from megatron_estimator.api import estimate
 
         return estimate
     if name in ("InvalidInput", "Problem"):
-        from . import errors
+        from megatron_estimator.core import problems as errors
 
         return getattr(errors, name)
     if name in ("Estimate", "StageEstimate", "Verdict", "Assumption"):
-        from . import results
+        from megatron_estimator.results import estimate as results
 
         return getattr(results, name)
     raise AttributeError(f"module 'megatron_estimator' has no attribute {name!r}")

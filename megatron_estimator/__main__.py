@@ -1,5 +1,5 @@
 """``python -m megatron_estimator``: the same command line as ``megatron-estimator``."""
 
-from .cli import entry_point
+from megatron_estimator.cli import entry_point
 
 entry_point()

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import InvalidInput, Problem, ProblemCollector
-from .rawargs import RawArgs, RawSetting
-from .results import Estimate, Verdict
+from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
+from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+from megatron_estimator.results.estimate import Estimate, Verdict
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,15 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      locations: Sequence[str] | None = None, source: str = "command line"
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
-    from .flags import parse_megatron_argv
+    from megatron_estimator.megatron.flags import parse_megatron_argv
 
     yaml_path = None
     if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
-        from .loaders.megatron_yaml import yaml_cfg_path
+        from megatron_estimator.inputs.megatron_yaml import yaml_cfg_path
 
         yaml_path = yaml_cfg_path(argv)
     if yaml_path is not None:
-        from .loaders.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml
+        from megatron_estimator.inputs.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml
 
         env = _environment(environ, {})
         loaded = load_megatron_yaml(yaml_path, env)
@@ -76,12 +76,12 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     architecture; Megatron flags add to it or override it.  The notes show the flags the
     architecture maps to, so the user sees what was assumed."""
     if hf_config is not None:
-        from .hf import load_hf_config
+        from megatron_estimator.inputs.hf import load_hf_config
 
         imported = load_hf_config(hf_config)
         label = f"--hf-config {hf_config}"
     else:
-        from .presets import load_preset
+        from megatron_estimator.inputs.presets import load_preset
 
         imported = load_preset(model)
         label = f"--model {model}"
@@ -101,7 +101,7 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
-    from .launch import parse_launch_command, unknown_world_size_problem
+    from megatron_estimator.inputs.launch import parse_launch_command, unknown_world_size_problem
 
     env = dict(os.environ if environ is None else environ)
     command, problems = parse_launch_command(list(argv), env)
@@ -117,7 +117,7 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
 
 def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping") -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values."""
-    from .flags import closest_flags, flag_table
+    from megatron_estimator.megatron.flags import closest_flags, flag_table
 
     table = flag_table()
     problems = ProblemCollector()
@@ -143,7 +143,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
-    from .loaders.detect import detect_format
+    from megatron_estimator.inputs.detect import detect_format
 
     name = str(path)
     if not Path(path).exists():
@@ -158,7 +158,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
             "unknown-format", name, "is a directory without a HuggingFace config.json; name a file"),)
     env = dict(os.environ if environ is None else environ)
     if kind == "seed-yaml":
-        from .loaders.seed_yaml import load_seed_yaml
+        from megatron_estimator.inputs.seed_yaml import load_seed_yaml
 
         loaded = load_seed_yaml(path)
         return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
@@ -166,12 +166,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                               if loaded.world_size is not None else None),
                 tuple(loaded.problems))
     if kind == "megatron-yaml":
-        from .loaders.megatron_yaml import load_megatron_yaml
+        from megatron_estimator.inputs.megatron_yaml import load_megatron_yaml
 
         loaded = load_megatron_yaml(path, env)
         return TrainingInput(loaded.raw, source=name), tuple(loaded.problems)
     if kind == "shell":
-        from .loaders.shell import load_launch_script
+        from megatron_estimator.inputs.bash.reader import load_launch_script
 
         script, problems = load_launch_script(path, env, script_args=script_args, world_size_given=world_size_given)
         if script is None or script.command is None or script.command.script is None:
@@ -188,7 +188,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                         launch_location=script.location),
                 tuple(problems) + flag_problems)
     if kind == "hf-config":
-        from .hf import load_hf_config
+        from megatron_estimator.inputs.hf import load_hf_config
 
         loaded = load_hf_config(path)
         return TrainingInput(loaded.raw, source=name, notes=tuple(
@@ -203,9 +203,9 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = ()) -> Verdict:
     """Validate and estimate one input; never raises for bad input (the verdict holds the problems)."""
-    from .memory.model import estimate as estimate_memory
-    from .memory.overhead import Overheads
-    from .resolve import resolve_config
+    from megatron_estimator.model.stage import estimate as estimate_memory
+    from megatron_estimator.model.overhead import Overheads
+    from megatron_estimator.config.resolve import resolve_config
 
     if problems and not inp.raw.settings:
         return Verdict(inp.source, problems=tuple(problems))
@@ -280,7 +280,7 @@ def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
         if budget <= 0:
             raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget} bytes must be positive")])
         return budget, f"{budget} bytes"
-    from .gpus import parse_bytes
+    from megatron_estimator.megatron.gpus import parse_bytes
 
     if isinstance(budget, bool) or not isinstance(budget, (str, float)):
         raise InvalidInput([Problem("invalid-budget", "budget",

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from . import __version__
+from megatron_estimator import __version__
 
 EXIT_FITS, EXIT_OVER_BUDGET, EXIT_INVALID = 0, 1, 2
 
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _preset_names() -> tuple[str, ...]:
     """The presets shipped as data/presets/<name>.json (read without importing the HF mapping)."""
-    from .resources import data_path
+    from megatron_estimator.core.resources import data_path
 
     return tuple(sorted(p.name[:-5] for p in data_path("presets").iterdir() if p.name.endswith(".json")))
 
@@ -159,7 +159,7 @@ def _emit(text: str, stream) -> None:
 
 def _options(ns: argparse.Namespace, environ):
     """Settings from the command line, MEGATRON_ESTIMATOR_* variables and config files."""
-    from .settings import load_settings
+    from megatron_estimator.settings import load_settings
 
     cli_values = {
         "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
@@ -171,7 +171,7 @@ def _options(ns: argparse.Namespace, environ):
 
 
 def _overheads(settings):
-    from .memory.overhead import Overheads
+    from megatron_estimator.model.overhead import Overheads
 
     gpu = settings.gpu
     return Overheads(
@@ -197,14 +197,14 @@ def _estimate_options(settings) -> dict:
 
 
 def _render(verdicts, fmt: str) -> str:
-    from .report import RENDERERS
+    from megatron_estimator.report.text import RENDERERS
 
     return RENDERERS[fmt](verdicts)
 
 
 def _settings(ns: argparse.Namespace, environ, stream):
     """(settings, None), or (settings, exit code) after reporting bad settings on ``stream``."""
-    from .results import Verdict
+    from megatron_estimator.results.estimate import Verdict
 
     settings, problems = _options(ns, environ)
     if not problems:
@@ -216,7 +216,7 @@ def _settings(ns: argparse.Namespace, environ, stream):
 def _with_settings_problems(verdict, problems):
     """The verdict on an input, refused with the bad settings' problems ahead of its own: every
     problem at once (the settings fell back to their next source to check the input)."""
-    from .results import Verdict
+    from megatron_estimator.results.estimate import Verdict
 
     if not problems:
         return verdict
@@ -224,7 +224,7 @@ def _with_settings_problems(verdict, problems):
 
 
 def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
-    from .errors import Problem
+    from megatron_estimator.core.problems import Problem
 
     raw = environ.get("WORLD_SIZE")
     if raw is None:
@@ -239,7 +239,7 @@ def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
 
 
 def cmd_estimate(ns, environ) -> int:
-    from .api import evaluate, input_from_flags, input_from_model
+    from megatron_estimator.api import evaluate, input_from_flags, input_from_model
 
     settings, settings_problems = _options(ns, environ)
     args = _strip_separator(ns.megatron_args)
@@ -262,8 +262,8 @@ def cmd_estimate(ns, environ) -> int:
 
 
 def cmd_run(ns, environ) -> int:
-    from .api import evaluate, input_from_launch
-    from .launch import resolve_world_size
+    from megatron_estimator.api import evaluate, input_from_launch
+    from megatron_estimator.inputs.launch import resolve_world_size
 
     argv = _strip_separator(ns.launch)
     if not argv:
@@ -286,7 +286,7 @@ def cmd_run(ns, environ) -> int:
 
 def _launch(command) -> int:
     """exec the launch command; returns only when it cannot be run (exit 2, one message)."""
-    from .launch import exec_launch
+    from megatron_estimator.inputs.launch import exec_launch
 
     try:
         exec_launch(command)
@@ -311,7 +311,7 @@ def _not_a_training_input(path: str) -> str | None:
     import re
     from pathlib import Path
 
-    from .loaders.detect import detect_format
+    from megatron_estimator.inputs.detect import detect_format
 
     if not Path(path).exists() or not os.access(path, os.R_OK):
         return None
@@ -331,8 +331,8 @@ def _not_a_training_input(path: str) -> str | None:
 
 
 def cmd_check(ns, environ) -> int:
-    from .api import evaluate, input_from_file
-    from .results import Verdict
+    from megatron_estimator.api import evaluate, input_from_file
+    from megatron_estimator.results.estimate import Verdict
 
     settings, settings_problems = _options(ns, environ)
     fmt = settings.format
@@ -369,9 +369,9 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
 
 
 def cmd_plan(ns, environ) -> int:
-    from .errors import InvalidInput, Problem
-    from .plan_report import RENDERERS, render_invalid
-    from .planner import SearchSpace, plan, plan_input
+    from megatron_estimator.core.problems import InvalidInput, Problem
+    from megatron_estimator.report.plan import RENDERERS, render_invalid
+    from megatron_estimator.planner.search import SearchSpace, plan, plan_input
 
     settings, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:

@@ -13,7 +13,7 @@ stay harmless once it is installed.  The plugin gives::
         megatron_memory.assert_fits(["--num-layers", "32", "--hidden-size", "4096", ...])
 
 ``megatron_memory.estimate(config, world_size=None, budget=None)`` returns the
-``megatron_estimator.results.Estimate``; ``megatron_memory.assert_fits(...)`` also fails the
+``megatron_estimator.results.estimate.Estimate``; ``megatron_memory.assert_fits(...)`` also fails the
 test (an ``AssertionError`` from the call) when a stage is over budget or no budget is
 configured, with the per-stage table and the verdict in the message.  ``config`` is anything
 ``megatron_estimator.api.estimate`` reads: a list of Megatron flags, a path to a seed-format
@@ -33,7 +33,7 @@ Where the budget comes from, the first that gives one wins:
 1. the ``budget=`` argument of the call: bytes as an int, or text (``80GiB``, ``80GB``,
    ``81920MiB``; in text a bare number is GiB);
 2. the GPU of the test case, for tests marked ``@pytest.mark.megatron_gpus(...)``: its
-   capacity as CUDA reports it (``megatron_estimator.gpus``);
+   capacity as CUDA reports it (``megatron_estimator.megatron.gpus``);
 3. ``--megatron-budget SIZE`` on the pytest command line;
 4. ``--megatron-gpu NAME`` on the pytest command line (that GPU's capacity);
 5. the ``megatron_budget`` ini option (``pytest.ini``, ``[tool.pytest.ini_options]`` in
@@ -106,14 +106,14 @@ class BudgetSource(NamedTuple):      # a NamedTuple: cheaper to define at import
     """One place that may give the budget: bytes or a GPU (its capacity), and how to name it."""
     where: str                  # "--megatron-budget 80GiB", "megatron_gpu = h100 in pytest.ini", ...
     bytes: int | None = None
-    gpu: Any = None             # megatron_estimator.gpus.GpuSpec
+    gpu: Any = None             # megatron_estimator.megatron.gpus.GpuSpec
 
 
 class Budget(NamedTuple):
     """The budget a call uses: ``bytes`` (None: none configured), where it came from, the GPU in force."""
     bytes: int | None
     source: str | None
-    gpu: Any = None             # megatron_estimator.gpus.GpuSpec, or None
+    gpu: Any = None             # megatron_estimator.megatron.gpus.GpuSpec, or None
 
 
 _RUN_SOURCES = pytest.StashKey[tuple]()
@@ -136,7 +136,7 @@ def _run_sources(config: pytest.Config) -> tuple[BudgetSource, ...]:
              if value is not None and str(value).strip()]
     if not given:
         return ()
-    from .errors import InvalidInput
+    from megatron_estimator.core.problems import InvalidInput
 
     sources, problems = [], []
     for value, is_gpu, location, shown in given:
@@ -152,8 +152,8 @@ def _run_sources(config: pytest.Config) -> tuple[BudgetSource, ...]:
 
 def _bytes_source(value: Any, location: str, shown: str) -> BudgetSource:
     """``value`` as a budget (int bytes or text); raises InvalidInput naming ``location``."""
-    from .errors import InvalidInput, Problem
-    from .gpus import parse_bytes
+    from megatron_estimator.core.problems import InvalidInput, Problem
+    from megatron_estimator.megatron.gpus import parse_bytes
 
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidInput([Problem("invalid-budget", location, f"a budget is bytes as an int or text "
@@ -167,7 +167,7 @@ def _bytes_source(value: Any, location: str, shown: str) -> BudgetSource:
 
 def _gpu_source(name: str, location: str, shown: str) -> BudgetSource:
     """The GPU ``name`` means as a budget source; raises InvalidInput naming ``location``."""
-    from .gpus import lookup_gpu
+    from megatron_estimator.megatron.gpus import lookup_gpu
 
     return BudgetSource(shown, gpu=lookup_gpu(name, location=location))
 
@@ -190,8 +190,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return      # a class or module marker: tests there that use no GPU are left alone
         pytest.fail(f"{where}: the test uses neither the megatron_memory nor the megatron_gpu "
                     f"fixture, so the GPUs would change nothing", pytrace=False)
-    from .errors import InvalidInput
-    from .gpus import lookup_gpu
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.megatron.gpus import lookup_gpu
 
     problems = []
     for name in names:
@@ -209,12 +209,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def megatron_gpu(request: pytest.FixtureRequest):
-    """The GPU of this test case (a ``megatron_estimator.gpus.GpuSpec``) under the
+    """The GPU of this test case (a ``megatron_estimator.megatron.gpus.GpuSpec``) under the
     ``megatron_gpus`` marker; None for tests without it."""
     name = getattr(request, "param", None)
     if name is None:
         return None
-    from .gpus import lookup_gpu
+    from megatron_estimator.megatron.gpus import lookup_gpu
 
     return lookup_gpu(name, location=MARKER)
 
@@ -252,14 +252,14 @@ class MegatronMemory:
 
     def verdict(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                 environ: Mapping[str, str] | None = None):
-        """The ``megatron_estimator.results.Verdict`` for ``config``; never fails the test."""
-        from .api import evaluate, load_input
+        """The ``megatron_estimator.results.estimate.Verdict`` for ``config``; never fails the test."""
+        from megatron_estimator.api import evaluate, load_input
 
         resolved, settings, problems = self._resolve(budget, environ)
         inp, input_problems = load_input(config, environ=environ)
         problems = tuple(problems) + tuple(input_problems)
         if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
-            from .errors import Problem
+            from megatron_estimator.core.problems import Problem
 
             problems += (Problem("invalid-world-size", "world_size argument",
                                  f"world_size must be an int, not {type(world_size).__name__} {world_size!r}"),)
@@ -273,7 +273,7 @@ class MegatronMemory:
 
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                  environ: Mapping[str, str] | None = None):
-        """The ``megatron_estimator.results.Estimate``; invalid input fails the test, listing every problem."""
+        """The ``megatron_estimator.results.estimate.Estimate``; invalid input fails the test, listing every problem."""
         __tracebackhide__ = True
         verdict = self.verdict(config, world_size, budget, environ=environ)
         if verdict.estimate is None:
@@ -284,7 +284,7 @@ class MegatronMemory:
                     environ: Mapping[str, str] | None = None):
         """Fail the test unless every pipeline stage fits the budget; returns the Estimate."""
         __tracebackhide__ = True
-        from .report import gib, render_text
+        from megatron_estimator.report.text import gib, render_text
 
         verdict = self.verdict(config, world_size, budget, environ=environ)
         estimate = verdict.estimate
@@ -308,8 +308,8 @@ class MegatronMemory:
 
     def _resolve(self, budget, environ):
         """(Budget, Settings, problems): the call's budget against every configured source."""
-        from .errors import InvalidInput
-        from .settings import load_settings
+        from megatron_estimator.core.problems import InvalidInput
+        from megatron_estimator.settings import load_settings
 
         settings, problems = load_settings({}, environ=os.environ if environ is None else environ,
                                            cwd=str(self._config.rootpath))
@@ -342,7 +342,7 @@ def _choose(sources: list[BudgetSource]) -> Budget:
 
 def _overheads(settings, gpu):
     """The overhead assumptions from the project settings, for the GPU in force."""
-    from .memory.overhead import Overheads
+    from megatron_estimator.model.overhead import Overheads
 
     extra = {"compute_capability": gpu.compute_capability_value, "gpu_known": True} if gpu is not None else {}
     return Overheads(cuda_context_bytes=settings.cuda_context, nccl_bytes_per_communicator=settings.nccl_buffers,
@@ -358,7 +358,7 @@ def _problem_text(what: str, problems) -> str:
 
 
 def _invalid_text(verdict) -> str:
-    from .report import render_text
+    from megatron_estimator.report.text import render_text
 
     count = len(verdict.problems)
     return (f"invalid Megatron configuration ({verdict.source}): {count} problem{'s' if count != 1 else ''}\n\n"

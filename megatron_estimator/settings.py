@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from .config import flash_attn_version_tuple
-from .errors import InvalidInput, Problem
-from .gpus import GpuSpec, MiB, format_bytes, lookup_gpu, parse_bytes
+from megatron_estimator.config.typed import flash_attn_version_tuple
+from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.megatron.gpus import GpuSpec, MiB, format_bytes, lookup_gpu, parse_bytes
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
 # Variables in our namespace that are not settings: the CLI's traceback switch.
@@ -85,7 +85,7 @@ def _gpu(raw: Any) -> GpuSpec:
 def _format(raw: Any) -> str:
     if isinstance(raw, str) and raw.strip().lower() in FORMATS:
         return raw.strip().lower()
-    from .loaders.hints import did_you_mean
+    from megatron_estimator.core.hints import did_you_mean
 
     hint = did_you_mean(raw, FORMATS) if isinstance(raw, str) else ""
     raise ValueError(f"must be one of {', '.join(FORMATS)}, not {_describe(raw)}{hint}")
@@ -532,7 +532,7 @@ def _from_environment(environ: Mapping[str, str], problems: list[Problem]) -> li
             continue
         spec = _ENV_VARS.get(name)
         if spec is None:
-            from .loaders.hints import did_you_mean
+            from megatron_estimator.core.hints import did_you_mean
 
             problems.append(Problem(
                 "unknown-setting", name,
@@ -553,7 +553,7 @@ def _from_file(config: ConfigFile, problems: list[Problem]) -> list[_Given]:
         key = written.replace("_", "-")
         location = config.location(written)
         if key not in _SPECS:
-            from .loaders.hints import did_you_mean
+            from megatron_estimator.core.hints import did_you_mean
 
             problems.append(Problem(
                 "unknown-setting", location,

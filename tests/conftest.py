@@ -51,8 +51,8 @@ def flags(text: str, extra: str = "") -> list[str]:
 
 
 def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: str = ""):
-    from megatron_estimator.flags import parse_megatron_argv
-    from megatron_estimator.resolve import resolve_config
+    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
 
     raw, problems = parse_megatron_argv(flags(text, extra))
     assert not problems, problems
@@ -60,16 +60,16 @@ def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: 
 
 
 def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None = None, environ: dict | None = None):
-    from megatron_estimator.memory.model import estimate as run
+    from megatron_estimator.model.stage import estimate as run
 
     return run(resolve(text, world_size, environ, extra), budget=budget, environ=environ or {})
 
 
 def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None):
     """The problems validation reports, as (code, location) pairs plus the messages."""
-    from megatron_estimator.errors import InvalidInput
-    from megatron_estimator.flags import parse_megatron_argv
-    from megatron_estimator.resolve import resolve_config
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
 
     raw, parse_problems = parse_megatron_argv(shlex.split(text))
     if parse_problems:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from megatron_estimator.memory.activations import layer_activations, loss_activations
-from megatron_estimator.memory.model import chunk_activation_bytes
+from megatron_estimator.model.activations import layer_activations, loss_activations
+from megatron_estimator.model.stage import chunk_activation_bytes
 
 from conftest import LLAMA3_8B, TINY_GPT, estimate, resolve
 
@@ -72,7 +72,7 @@ def test_selective_core_attention_recompute_drops_s_squared():
 
 def test_full_recompute_keeps_group_inputs():
     uniform = resolve(TINY_GPT, extra="--recompute-granularity full --recompute-method uniform --recompute-num-layers 2")
-    from megatron_estimator.layout import pipeline_stages
+    from megatron_estimator.model.layout import pipeline_stages
 
     chunk = pipeline_stages(uniform)[0].chunks[0]
     kept, recompute = chunk_activation_bytes(uniform, chunk)
@@ -109,7 +109,7 @@ def test_pipeline_stages_hold_microbatches_per_schedule():
 def test_cpu_offloading_drops_offloaded_layers():
     base = resolve(TINY_GPT)
     offloaded = resolve(TINY_GPT, extra="--cpu-offloading-num-layers 2")
-    from megatron_estimator.layout import pipeline_stages
+    from megatron_estimator.model.layout import pipeline_stages
 
     kept_base, _ = chunk_activation_bytes(base, pipeline_stages(base)[0].chunks[0])
     kept_off, _ = chunk_activation_bytes(offloaded, pipeline_stages(offloaded)[0].chunks[0])
@@ -126,7 +126,7 @@ def test_fine_grained_offloading_moves_attention_tensors():
 
 
 def test_moe_routed_rows_scale_with_topk_and_capacity():
-    from megatron_estimator.memory.activations import routed_rows
+    from megatron_estimator.model.activations import routed_rows
 
     moe = "--num-experts 8 --moe-router-topk 2"
     assert routed_rows(resolve(TINY_GPT, extra=moe)) == TOKENS * 2
@@ -140,8 +140,8 @@ def test_moe_routed_rows_scale_with_topk_and_capacity():
 # --- the attention kernel Transformer Engine picks in deterministic training -------------------
 
 def _kernel_and_layer(extra: str, environ: dict, capability: float | None, flash_attn: str | None):
-    from megatron_estimator.flags import parse_megatron_argv
-    from megatron_estimator.resolve import resolve_config
+    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
 
     from conftest import flags
 
@@ -181,7 +181,7 @@ def test_deterministic_training_without_flash_attn_falls_back_to_unfused(extra, 
 
 def test_the_fallback_is_explained_in_the_report():
     from megatron_estimator import api
-    from megatron_estimator.memory.overhead import Overheads
+    from megatron_estimator.model.overhead import Overheads
 
     from conftest import flags
 

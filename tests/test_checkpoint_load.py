@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from megatron_estimator.flags import parse_megatron_argv
-from megatron_estimator.layout import pipeline_stages
-from megatron_estimator.memory.checkpoint import load_exchange_bytes, resume_load
-from megatron_estimator.memory.model import estimate
-from megatron_estimator.memory.parameters import chunk_tensors
-from megatron_estimator.resolve import resolve_config, resumes
+from megatron_estimator.megatron.flags import parse_megatron_argv
+from megatron_estimator.model.layout import pipeline_stages
+from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
+from megatron_estimator.model.stage import estimate
+from megatron_estimator.model.parameters import chunk_tensors
+from megatron_estimator.config.resolve import resolve_config, resumes
 
 from conftest import TINY_GPT, flags
 from test_cli import run

@@ -115,7 +115,7 @@ def test_bad_budget_is_exit_2():
 
 
 def test_gpu_sets_the_budget():
-    from megatron_estimator.gpus import lookup_gpu
+    from megatron_estimator.megatron.gpus import lookup_gpu
 
     result = run(["estimate", "--gpu", "h100", "--format", "json", "--"] + flags(TINY_GPT))
     assert json.loads(result.stdout)["budget_bytes"] == lookup_gpu("h100").total_memory_bytes

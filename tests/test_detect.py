@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.loaders.detect import detect_format
+from megatron_estimator.inputs.detect import detect_format
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -91,7 +91,7 @@ def test_yaml_formats_by_top_level_keys_even_when_broken(tmp_path):
 def test_detection_does_not_import_yaml(tmp_path):
     script = write(tmp_path, "train.sh", LAUNCH)
     seed = REPO / "examples/llama3-8b.yaml"
-    code = ("import sys; from megatron_estimator.loaders.detect import detect_format; "
+    code = ("import sys; from megatron_estimator.inputs.detect import detect_format; "
             f"r = (detect_format({str(script)!r}), detect_format({str(seed)!r})); "
             "print(r, 'yaml' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

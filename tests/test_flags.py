@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.errors import Problem
-from megatron_estimator.flags import (
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.megatron.flags import (
     CONVERTER_TYPES,
     FlagSpec,
     closest_flags,
@@ -33,8 +33,8 @@ from megatron_estimator.flags import (
     parse_megatron_argv,
     read_literal,
 )
-from megatron_estimator.rawargs import RawArgs
-from megatron_estimator.resources import data_path
+from megatron_estimator.inputs.rawargs import RawArgs
+from megatron_estimator.core.resources import data_path
 
 from conftest import SHARED, load_script
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from megatron_estimator.errors import InvalidInput
-from megatron_estimator.gpus import (
+from megatron_estimator.core.problems import InvalidInput
+from megatron_estimator.megatron.gpus import (
     CUDA_REPORTED, GPUS, GiB, MEMORY_FIGURES, MiB, NVIDIA_SMI, OOM_MESSAGE, TiB,
     find_gpu, format_bytes, gpu_names, lookup_gpu, parse_bytes,
 )

@@ -1,4 +1,4 @@
-"""HuggingFace config.json import (megatron_estimator.hf) and named presets (megatron_estimator.presets).
+"""HuggingFace config.json import (megatron_estimator.inputs.hf) and named presets (megatron_estimator.inputs.presets).
 
 Real published config.json files (fixtures/hf/ and the presets) are mapped to the Megatron flags
 that rebuild them; megatron-core 0.16.1 then builds each mapped model on the meta device and its
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.hf import (
+from megatron_estimator.inputs.hf import (
     SUPPORTED_MODEL_TYPES,
     _FLAGS,
     _layer_pattern_text,
     load_hf_config,
     parse_hf_config,
 )
-from megatron_estimator.presets import load_preset, preset_names
-from megatron_estimator.rawargs import RawArgs, RawSetting
+from megatron_estimator.inputs.presets import load_preset, preset_names
+from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
@@ -540,7 +540,7 @@ def test_paths_that_do_not_hold_a_config(tmp_path):
 
 
 def _flag_table() -> Path | None:
-    from megatron_estimator.resources import data_path
+    from megatron_estimator.core.resources import data_path
 
     for candidate in (data_path("flags.tsv"), Path("/work/shared/megatron/flags.tsv")):
         if candidate.is_file():

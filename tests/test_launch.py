@@ -1,4 +1,4 @@
-"""megatron_estimator.launch: launchers, wrappers, world sizes, problems, and exec."""
+"""megatron_estimator.inputs.launch: launchers, wrappers, world sizes, problems, and exec."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from megatron_estimator.errors import Problem
-from megatron_estimator.launch import (
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.launch import (
     LaunchCommand,
     parse_launch_command,
     resolve_world_size,
@@ -460,7 +460,7 @@ def test_exec_launch_keeps_argv_and_environment(tmp_path):
     runner.write_text(textwrap.dedent(f"""\
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from megatron_estimator.launch import parse_launch_command, exec_launch
+        from megatron_estimator.inputs.launch import parse_launch_command, exec_launch
         command, problems = parse_launch_command({argv!r}, dict(os.environ))
         assert not problems, problems
         exec_launch(command)
@@ -479,7 +479,7 @@ def test_exec_launch_keeps_argv_and_environment(tmp_path):
 
 
 def test_exec_launch_raises_when_the_command_cannot_run(tmp_path):
-    from megatron_estimator.launch import exec_launch
+    from megatron_estimator.inputs.launch import exec_launch
 
     command, problems = parse_launch_command([str(tmp_path / "no-such-torchrun"), "pretrain_gpt.py"], {})
     with pytest.raises(FileNotFoundError):

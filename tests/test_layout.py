@@ -1,7 +1,7 @@
 """Pipeline schedule: microbatches in flight per stage, 1F1B and interleaved."""
 
-from megatron_estimator.layout import microbatches_in_flight
-from megatron_estimator.layout_syntax import LayoutSyntaxError, parse_layout
+from megatron_estimator.model.layout import microbatches_in_flight
+from megatron_estimator.config.layout_syntax import LayoutSyntaxError, parse_layout
 
 import pytest
 
@@ -66,7 +66,7 @@ def test_layout_syntax_errors(text, message):
 def test_interleaved_peak_of_many_microbatches_is_simulated_on_an_equivalent_count():
     # The schedule repeats every group of microbatches: removing whole periods from the middle
     # keeps every live count, so a global batch of 10^12 samples costs what a small one does.
-    from megatron_estimator.layout import _equivalent_microbatches, _interleaved_peak
+    from megatron_estimator.model.layout import _equivalent_microbatches, _interleaved_peak
 
     for pp, vpp, group in ((2, 2, 1), (4, 2, 4), (3, 3, 2), (4, 4, 5)):
         for rank in range(pp):

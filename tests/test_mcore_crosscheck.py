@@ -73,7 +73,7 @@ CASES = [
 def spec_for(text: str, extra_keys: frozenset[str] = frozenset()) -> dict:
     """The flags as a harness spec; MLA keys carry Megatron's argparse defaults (the harness
     would otherwise take MLATransformerConfig's, e.g. q_lora_rank 512 instead of None)."""
-    from megatron_estimator.flags import flag_table, parse_megatron_argv
+    from megatron_estimator.megatron.flags import flag_table, parse_megatron_argv
 
     raw, problems = parse_megatron_argv(shlex.split(text))
     assert not problems
@@ -142,7 +142,7 @@ ACT_CASES = [
 @pytest.mark.parametrize("name, text, world", ACT_CASES, ids=[c[0] for c in ACT_CASES])
 def test_layer_activations_equal_saved_tensors(megatron_core, name, text, world):
     from conftest import resolve
-    from megatron_estimator.memory.activations import layer_activations
+    from megatron_estimator.model.activations import layer_activations
 
     spec = spec_for(text, extra_keys=ACTIVATION_SPEC_KEYS)
     measured = mcore_reference.saved_activation_bytes(spec, seq_length=128, micro_batch_size=2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.loaders import megatron_yaml
-from megatron_estimator.loaders.megatron_yaml import (
+from megatron_estimator.inputs import megatron_yaml
+from megatron_estimator.inputs.megatron_yaml import (
     flags_ignored_by_yaml_cfg,
     load_megatron_yaml,
     yaml_cfg_path,

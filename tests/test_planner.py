@@ -15,13 +15,14 @@ import sys
 import pytest
 
 from conftest import LLAMA3_8B, REPO, TINY_GPT, flags
-from megatron_estimator import api, planner
+from megatron_estimator import api
+from megatron_estimator.planner import search as planner
 from megatron_estimator.api import TrainingInput
-from megatron_estimator.derive import derive_namespace
-from megatron_estimator.errors import InvalidInput
-from megatron_estimator.layout import microbatches_in_flight
-from megatron_estimator.layout_syntax import parse_layout
-from megatron_estimator.memory.overhead import Overheads
+from megatron_estimator.config.derive import derive_namespace
+from megatron_estimator.core.problems import InvalidInput
+from megatron_estimator.model.layout import microbatches_in_flight
+from megatron_estimator.config.layout_syntax import parse_layout
+from megatron_estimator.model.overhead import Overheads
 
 GiB = 1 << 30
 CLI = [sys.executable, "-m", "megatron_estimator"]
@@ -422,7 +423,7 @@ def test_cli_plan_preset_with_training_flags():
 
 
 def test_markdown_table_keeps_its_columns():
-    from megatron_estimator.plan_report import COLUMNS, render_markdown
+    from megatron_estimator.report.plan import COLUMNS, render_markdown
 
     plan = llama_plan(top=None, verify=False)
     with_layout = [c for c in plan.candidates if c.pipeline.label.startswith("layout")][:3]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from megatron_estimator import api
-from megatron_estimator.errors import InvalidInput
-from megatron_estimator.gpus import find_gpu, parse_bytes
-from megatron_estimator.memory.overhead import Overheads
-from megatron_estimator.report import render_text
-from megatron_estimator.results import Verdict
+from megatron_estimator.core.problems import InvalidInput
+from megatron_estimator.megatron.gpus import find_gpu, parse_bytes
+from megatron_estimator.model.overhead import Overheads
+from megatron_estimator.report.text import render_text
+from megatron_estimator.results.estimate import Verdict
 
 pytest_plugins = ["pytester"]
 
@@ -492,7 +492,7 @@ def test_megatron_estimator_is_imported_only_when_used(pytester, monkeypatch, us
     result.assert_outcomes(passed=1)
     loaded = set(json.loads((pytester.path / "modules.json").read_text()))
     if uses_fixture:
-        assert {"megatron_estimator.api", "megatron_estimator.settings", "megatron_estimator.memory.model"} <= loaded
+        assert {"megatron_estimator.api", "megatron_estimator.settings", "megatron_estimator.model.stage"} <= loaded
     else:
         assert loaded == {"megatron_estimator", "megatron_estimator.pytest_plugin"}
 

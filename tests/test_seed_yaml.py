@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.loaders import seed_yaml
-from megatron_estimator.loaders.seed_yaml import SEED_SCHEMA_PATH, load_seed_yaml
+from megatron_estimator.inputs import seed_yaml
+from megatron_estimator.inputs.seed_yaml import SEED_SCHEMA_PATH, load_seed_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

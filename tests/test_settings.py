@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from megatron_estimator.gpus import GiB, MiB, gpu_names, lookup_gpu
+from megatron_estimator.megatron.gpus import GiB, MiB, gpu_names, lookup_gpu
 from megatron_estimator.settings import (
     SETTINGS, default_settings, find_config_file, load_settings, settings_help, setting_keys,
 )

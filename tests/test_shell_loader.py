@@ -1,4 +1,4 @@
-"""megatron_estimator.loaders.shell: launch scripts resolved statically, as bash would run them."""
+"""megatron_estimator.inputs.bash.reader: launch scripts resolved statically, as bash would run them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from megatron_estimator.errors import Problem
-from megatron_estimator.loaders.shell import SbatchHeaders, ScriptEnvVar, load_launch_script, split_command_string
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.bash.reader import SbatchHeaders, ScriptEnvVar, load_launch_script, split_command_string
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(TESTS, "fixtures", "scripts")

@@ -1,7 +1,7 @@
 """Model states: weights, gradients and optimizer states in bytes."""
 
-from megatron_estimator.memory.parameters import ParamTensor
-from megatron_estimator.memory.states import _buffer_numel
+from megatron_estimator.model.parameters import ParamTensor
+from megatron_estimator.model.states import _buffer_numel
 
 from conftest import TINY_GPT, estimate
 
@@ -74,8 +74,8 @@ def test_precision_aware_optimizer_dtypes():
 def test_expert_states_shard_over_expert_data_parallel():
     # world 8, ep 4: dp 8 for dense parameters, edp = 8 / (etp 1 x ep 4) = 2 for experts.
     from conftest import resolve
-    from megatron_estimator.layout import pipeline_stages
-    from megatron_estimator.memory.parameters import chunk_tensors, count
+    from megatron_estimator.model.layout import pipeline_stages
+    from megatron_estimator.model.parameters import chunk_tensors, count
 
     extra = "--num-experts 8 --expert-model-parallel-size 4 --use-distributed-optimizer"
     config = resolve(TINY_GPT, 8, extra=extra)
@@ -87,8 +87,8 @@ def test_expert_states_shard_over_expert_data_parallel():
 
 def test_fp8_keeps_weight_copies():
     from conftest import resolve
-    from megatron_estimator.layout import pipeline_stages
-    from megatron_estimator.memory.parameters import chunk_tensors
+    from megatron_estimator.model.layout import pipeline_stages
+    from megatron_estimator.model.parameters import chunk_tensors
 
     config = resolve(TINY_GPT, extra="--fp8-format hybrid --fp8-recipe tensorwise")
     linear = sum(t.numel for t in chunk_tensors(config, pipeline_stages(config)[0].chunks[0]) if t.kind == "linear")
@@ -103,8 +103,8 @@ def test_fp8_keeps_weight_copies():
 
 
 def test_routing_imbalance_raises_the_reported_peak():
-    from megatron_estimator.memory.model import estimate as run
-    from megatron_estimator.memory.overhead import Overheads
+    from megatron_estimator.model.stage import estimate as run
+    from megatron_estimator.model.overhead import Overheads
     from conftest import resolve
 
     config = resolve(TINY_GPT, extra="--num-experts 8 --moe-router-topk 2")
@@ -120,7 +120,7 @@ def test_layer_wise_ping_pong_deals_whole_parameters_to_ranks():
     # dealt 0, 1, 1, 0, 0, 1, ... over dp 2; each rank keeps fp32 masters (4 B) and the
     # optimizer's states (Muon: 4 B for 2-D weights, Adam's 8 B for the embedding and norms)
     # of its own parameters.  The fullest rank is the stage's.
-    from megatron_estimator.memory.states import _layer_wise_ping_pong_bytes
+    from megatron_estimator.model.states import _layer_wise_ping_pong_bytes
 
     from conftest import resolve
 
@@ -141,7 +141,7 @@ def test_layer_wise_ping_pong_deals_whole_parameters_to_ranks():
 def test_transformer_engine_workspaces_with_grouped_gemm_experts():
     # One TE cuBLAS workspace (32 MiB + 1 KiB from Hopper on, 4 MiB before), and one more per
     # grouped-GEMM compute stream (4) when the experts run TE's grouped GEMM.
-    from megatron_estimator.memory.overhead import te_workspace_bytes
+    from megatron_estimator.model.overhead import te_workspace_bytes
 
     MiB = 1 << 20
     assert te_workspace_bytes(9.0, "transformer_engine") == 32 * MiB + 1024
@@ -156,7 +156,7 @@ def test_transformer_engine_workspaces_with_grouped_gemm_experts():
 
 def test_tp_comm_overlap_adds_transformer_engines_overlap_gemm_workspace():
     # gemm.py get_cublas_workspace(ub=True): three workspaces' worth through torch.empty.
-    from megatron_estimator.memory.overhead import te_workspace_bytes
+    from megatron_estimator.model.overhead import te_workspace_bytes
 
     MiB = 1 << 20
     assert te_workspace_bytes(9.0, "transformer_engine", userbuffers=True) == 4 * (32 * MiB + 1024)

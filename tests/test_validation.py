@@ -129,9 +129,9 @@ def test_moe_and_offloading_rules(extra, world, expected):
 
 
 def test_cuda_device_max_connections_only_when_the_gpu_is_known():
-    from megatron_estimator.errors import InvalidInput
-    from megatron_estimator.flags import parse_megatron_argv
-    from megatron_estimator.resolve import resolve_config
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
 
     raw, _ = parse_megatron_argv((TINY_GPT + " --tensor-model-parallel-size 2").split())
     with pytest.raises(InvalidInput) as err:
@@ -152,7 +152,7 @@ def test_schema_fast_path_agrees_with_jsonschema():
     # with valid and invalid values.
     import jsonschema
 
-    from megatron_estimator.validation.schema import _plainly_valid, load_schema
+    from megatron_estimator.config.schema import _plainly_valid, load_schema
 
     properties = load_schema("config.schema.json")["properties"]
     samples = [None, True, 0, 1, 7, -3, 0.5, 1.5, "flash", "RMSNorm", "x", [0, 1], [2], [], ["core_attn"], ["bogus"]]

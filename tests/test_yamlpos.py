@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from megatron_estimator.loaders.yamlpos import parse_yaml_with_lines
+from megatron_estimator.inputs.yamlpos import parse_yaml_with_lines
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_syntax_errors_and_empty_documents():
 
 
 def test_loaders_import_neither_yaml_nor_jsonschema():
-    code = ("import sys; import megatron_estimator.loaders.seed_yaml, megatron_estimator.loaders.megatron_yaml, "
-            "megatron_estimator.loaders.detect; print('yaml' in sys.modules, 'jsonschema' in sys.modules)")
+    code = ("import sys; import megatron_estimator.inputs.seed_yaml, megatron_estimator.inputs.megatron_yaml, "
+            "megatron_estimator.inputs.detect; print('yaml' in sys.modules, 'jsonschema' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"

@@ -1,0 +1,150 @@
+"""From raw settings to a validated configuration: defaults, schema, derivation, rules.
+
+``resolve_config`` is the one door from ``RawArgs`` (what the user typed, in any format) to
+``EstimatorConfig`` (what it means).  It gathers every problem and raises them together.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from megatron_estimator.config.typed import EstimatorConfig, build_config
+from megatron_estimator.config.derive import derive_namespace
+from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
+from megatron_estimator.megatron.flags import flag_table
+from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.inputs.rawargs import RawArgs
+from megatron_estimator.config.rules import check_rules
+from megatron_estimator.config.schema import check_config_schema
+from megatron_estimator.config.vocab import unreadable_tokenizer_file, vocabulary_of
+
+# Rules about the job's environment: errors when the environment is the job's own.
+ENVIRONMENT_RULES = {"cuda-device-max-connections"}
+
+# Megatron's tracker file in a checkpoint directory (megatron/training/checkpointing.py
+# get_checkpoint_tracker_filename): a run whose --load directory has it resumes from it.
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+
+SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+              "expert_model_parallel_size", "expert_tensor_parallel_size")
+
+
+def _smallest_world(ns: Mapping) -> int | None:
+    sizes = [ns.get(d) for d in SIZE_DESTS]
+    sizes[4] = sizes[4] if sizes[4] is not None else sizes[0]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes):
+        return None
+    tp, pp, cp, ep, etp = sizes
+    return ParallelDims.smallest_world(tp, pp, cp, ep, etp)
+
+
+def resumes(namespace: Mapping, resume: str = "auto") -> tuple[bool, str | None]:
+    """Whether the run resumes from a checkpoint, and what the report says about it.
+
+    ``resume``: ``yes`` or ``no`` as the user says, or ``auto``: the run resumes when its
+    ``--load`` directory holds a checkpoint, as Megatron finds one (the tracker file, or the
+    ``iter_NNNNNNN`` directory of ``--ckpt-step``), read relative to the working directory."""
+    load = namespace.get("load")
+    if resume == "no":
+        return False, None
+    if not isinstance(load, str) or not load:
+        return False, ("resume: --resume yes, but there is no --load: nothing is loaded" if resume == "yes" else None)
+    if resume == "yes":
+        return True, f"resume: from the checkpoint in --load {load} (--resume yes)"
+    step = namespace.get("ckpt_step")
+    found = None
+    try:
+        if os.path.isfile(os.path.join(load, TRACKER_FILE)):
+            found = TRACKER_FILE
+        elif isinstance(step, int) and os.path.isdir(os.path.join(load, f"iter_{step:07d}")):
+            found = f"iter_{step:07d}"
+    except (OSError, ValueError):
+        found = None
+    if found is not None:
+        return True, f"resume: from the checkpoint in --load {load} ({found} is there)"
+    return False, (f"resume: --load {load} holds no checkpoint ({TRACKER_FILE} is not there): estimated as a "
+                   f"first run; say --resume yes for a run that will find one")
+
+
+def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None) -> tuple[int | None, str]:
+    if world_size is not None:
+        return world_size, source or "--world-size"
+    namespace = dict(flag_table().defaults())
+    namespace.update({d: s.value for d, s in raw.settings.items()})
+    smallest = _smallest_world(namespace)
+    return smallest, "the smallest world the layout needs (data parallel 1)"
+
+
+def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_source: str | None = None,
+                   environ: Mapping[str, str] | None = None,
+                   compute_capability: float | None = None,
+                   flash_attn: str | None = None, resume: str = "auto",
+                   job_environment: bool = False, launch_location: str | None = None) -> EstimatorConfig:
+    """``compute_capability``: the GPU's, when the user named one (checks that depend on the
+    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
+    ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
+    attention kernel Transformer Engine picks in deterministic mode depends on it).
+    ``resume``: whether the run resumes from a checkpoint, ``auto``, ``yes`` or ``no``
+    (``resumes``).
+    ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
+    config files it is only the checking shell's, so environment rules become notes."""
+    environ = os.environ if environ is None else environ
+    problems = ProblemCollector()
+    defaults = flag_table().defaults()
+    namespace = dict(defaults)
+    namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
+    unusable: set[str] = set()
+    problems.extend(check_config_schema(namespace, raw, unusable))
+
+    world, source = resolve_world_size(raw, world_size, world_size_source)
+    if world is None:
+        problems.raise_if_any()
+        raise InvalidInput([Problem("unknown-world-size", "--world-size",
+                                    "cannot tell the world size; pass --world-size")])
+    if world < 1:
+        problems.add("out-of-range", source, f"world size {world} must be at least 1")
+        problems.raise_if_any()
+    typed = not problems
+    for dest in unusable:
+        # A value of the wrong type or range is set aside (Megatron's default stands in), so
+        # that the rules below still check everything else: every problem at once.
+        namespace[dest] = defaults.get(dest)
+
+    derived, notes = derive_namespace(namespace, world)
+    derived["world_size_source"] = source
+    derived["_compute_capability"] = compute_capability
+    derived["_flash_attn"] = flash_attn
+    derived["_resuming"], derived["_resume_note"] = resumes(derived, resume)
+    derived["_launch_location"] = launch_location
+    try:
+        rule_problems = check_rules(derived, raw, environ)
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):
+        if typed:
+            raise
+        rule_problems = []        # a rule tripped on a value set aside: its own problem is reported
+    if not job_environment:
+        for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:
+            rule_problems.remove(problem)
+            notes.append(f"job environment (not checked here): {problem.message}")
+    problems.extend(rule_problems)
+    if not typed:
+        problems.raise_if_any()     # the vocabulary below needs the types
+
+    vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1)
+    unreadable = unreadable_tokenizer_file(derived)
+    if unreadable is not None:
+        dest, why = unreadable
+        problems.add("unreadable-tokenizer", raw.location(dest), why + "; fix it or pass --vocab-size")
+    elif vocab is None:
+        where = raw.location("tokenizer_type") if raw.given("tokenizer_type") else raw.location("vocab_size")
+        problems.add("unknown-vocab-size", where,
+                     f"cannot tell the vocabulary size of tokenizer {derived.get('tokenizer_type')}"
+                     + (f" ({derived.get('tokenizer_model')})" if derived.get("tokenizer_model") else "")
+                     + ": its files are not on this machine; "
+                     + ("pass --vocab-size" if raw.location("vocab_size").startswith("--")
+                        else f"set vocab_size ({raw.location('vocab_size')})"))
+    problems.raise_if_any()
+    if derived.get("_tokenizer_type_defaulted") and vocab.source.startswith("GPT2BPETokenizer"):
+        notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
+    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings))

@@ -1,0 +1,389 @@
+"""The validated configuration: frozen, typed, with Megatron's defaults and derived values.
+
+``EstimatorConfig`` is built only from a namespace that validation accepted
+(``validation.validate``); it never checks or defaults its inputs itself beyond reading
+the derived namespace.  Raw input (``rawargs.RawArgs``) and this are different types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from megatron_estimator.config.parallel import ParallelDims
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    num_experts: int
+    ffn_hidden_size: int
+    router_topk: int
+    shared_expert_intermediate_size: int | None
+    shared_expert_gate: bool
+    layer_pattern: tuple[bool, ...]          # per decoder layer: True where the MLP is MoE
+    grouped_gemm: bool
+    token_dispatcher_type: str
+    expert_capacity_factor: float | None
+    pad_expert_input_to_capacity: bool
+    router_enable_expert_bias: bool
+    router_dtype: str | None
+    latent_size: int | None
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_emb_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    ffn_hidden_size: int
+    vocab_size: int | None
+    padded_vocab_size: int
+    vocab_source: str
+    max_position_embeddings: int
+    position_embedding_type: str
+    normalization: str
+    activation: str                           # gelu | swiglu | squared_relu | quick_geglu | ...
+    gated_linear_unit: bool
+    add_bias_linear: bool
+    add_qkv_bias: bool
+    qk_layernorm: bool
+    untie_embeddings_and_output_weights: bool
+    hidden_dropout: float
+    attention_dropout: float
+    moe: MoeConfig | None = None
+    mla: MlaConfig | None = None
+    mtp_num_layers: int = 0
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        return self.moe is not None and self.moe.layer_pattern[layer_index]
+
+
+@dataclass(frozen=True)
+class PipelineSplit:
+    """How Megatron splits the decoder over pipeline stages."""
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    account_for_embedding: bool
+    account_for_loss: bool
+    layout: str | None
+    microbatch_group_size: int
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    micro_batch_size: int
+    global_batch_size: int
+    num_microbatches: int
+    seq_length: int
+    sequence_parallel: bool
+    recompute_granularity: str | None
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    recompute_modules: tuple[str, ...]
+    distribute_saved_activations: bool
+    cpu_offloading_num_layers: int
+    overlap_p2p_comm: bool
+    calculate_per_token_loss: bool
+    cross_entropy_loss_fusion: bool
+    cross_entropy_fusion_impl: str
+    fp32_residual_connection: bool
+    defer_embedding_wgrad_compute: bool
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    params_dtype: str                         # fp32 | bf16 | fp16
+    main_grads_dtype: str                     # fp32 | bf16 (dtype of the DDP grad buffer)
+    main_params_dtype: str
+    exp_avg_dtype: str
+    exp_avg_sq_dtype: str
+    optimizer: str
+    use_distributed_optimizer: bool
+    num_distributed_optimizer_instances: int
+    use_precision_aware_optimizer: bool
+    optimizer_cpu_offload: bool
+    optimizer_offload_fraction: float
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    ddp_bucket_size: int | None
+    fp8: str | None
+    fp8_recipe: str
+    fp8_param_gather: bool
+    use_megatron_fsdp: bool
+    data_parallel_sharding_strategy: str
+    attention_softmax_in_fp32: bool
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    transformer_impl: str                     # transformer_engine | local | inference_optimized
+    attention_backend: str                    # flash | fused | unfused | local (resolved)
+    attention_backend_source: str
+    masked_softmax_fusion: bool
+    bias_gelu_fusion: bool
+    bias_swiglu_fusion: bool
+    bias_dropout_fusion: bool
+    gradient_accumulation_fusion: bool
+    apply_rope_fusion: bool
+
+
+@dataclass(frozen=True)
+class EstimatorConfig:
+    model: ModelConfig
+    parallel: ParallelDims
+    split: PipelineSplit
+    training: TrainingConfig
+    precision: PrecisionConfig
+    kernels: KernelConfig
+    world_size_source: str
+    notes: tuple[str, ...] = ()
+    namespace: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
+
+    def __hash__(self) -> int:
+        # The memory model caches per configuration; hashing the nested dataclasses (the MoE
+        # layer pattern, ...) on every lookup would cost more than the arithmetic, so the hash
+        # of this immutable object is computed once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
+                           self.kernels, self.world_size_source, self.notes))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+
+def expand_moe_layer_freq(freq: Any, num_layers: int) -> tuple[bool, ...]:
+    """``--moe-layer-freq``: an int k makes every k-th layer MoE (layer i when i % k == 0);
+    a list gives one 0/1 per layer (megatron/core/models/gpt/moe_module_specs / gpt_layer_specs)."""
+    if isinstance(freq, int):
+        return tuple(i % freq == 0 for i in range(num_layers))
+    return tuple(bool(x) for x in freq)
+
+
+def resolve_activation(ns: Mapping[str, Any]) -> tuple[str, bool]:
+    """(activation name, gated) as core_transformer_config_from_args sets them."""
+    if ns.get("swiglu"):
+        return "swiglu", True
+    if ns.get("squared_relu"):
+        return "squared_relu", False
+    if ns.get("quick_geglu"):
+        return "quick_geglu", True
+    return "gelu", False
+
+
+def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, str]:
+    """The attention kernel the job will run, and why.
+
+    ``--transformer-impl local`` always runs megatron-core's own DotProductAttention
+    (unfused: it materializes the s x s scores).  With Transformer Engine,
+    ``--attention-backend`` sets NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN
+    (megatron/core/models/common/language_module/language_module.py ``_set_attention_backend``);
+    with ``auto`` TE picks flash or fused attention, both linear in s, unless the environment
+    turns both off, or deterministic training rules both out (``deterministic_fallback``).
+    """
+    impl = ns.get("transformer_impl", "transformer_engine")
+    backend = ns.get("attention_backend", "auto")
+    if impl == "local" or backend == "local":
+        return "unfused", f"--transformer-impl {impl}: megatron-core DotProductAttention (unfused)"
+    if backend in ("flash", "fused", "unfused"):
+        return backend, f"--attention-backend {backend}"
+    flash = environ.get("NVTE_FLASH_ATTN", "1") != "0"
+    fused = environ.get("NVTE_FUSED_ATTN", "1") != "0"
+    if flash or fused:
+        fallback = deterministic_fallback(ns, environ)
+        if fallback is not None:
+            return "unfused", fallback
+        return ("flash" if flash else "fused"), "--attention-backend auto: Transformer Engine flash/fused attention"
+    return "unfused", "NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0 in the environment: TE unfused attention"
+
+
+FLASH_ATTN_DETERMINISTIC = (2, 4, 1)
+
+
+def flash_attn_version_tuple(text: str) -> tuple[int, ...] | None:
+    """``2.7.4.post1`` -> ``(2, 7, 4)``; None when it is not a version."""
+    import re
+
+    found = re.fullmatch(r"v?(\d+(?:\.\d+){0,2})(?:[.+-]?[a-z0-9.+-]*)?", text)
+    return tuple(int(x) for x in found.group(1).split(".")) if found else None
+
+
+def is_deterministic(ns: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+    """Transformer Engine's ``deterministic``: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, or torch's
+    deterministic algorithms, which --deterministic-mode turns on
+    (megatron/training/initialize.py)."""
+    return bool(ns.get("deterministic_mode")) or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0"
+
+
+def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """Why Transformer Engine runs unfused attention under ``--attention-backend auto``, or None.
+
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    ``get_attention_backend``: in deterministic training it disables cuDNN's fused attention
+    (F16_arbitrary_seqlen) before compute capability 9.0, and flash-attn unless it is
+    installed at >= 2.4.1; with both gone only UnfusedDotProductAttention is left.  Decided
+    only when the GPU is known (``_compute_capability``) and the job's flash-attn is said
+    (``_flash_attn``: a version or "none"; None assumes >= 2.4.1).
+    """
+    capability, flash_attn = ns.get("_compute_capability"), ns.get("_flash_attn")
+    if capability is None or capability >= 9.0 or flash_attn is None or not is_deterministic(ns, environ):
+        return None
+    if flash_attn != "none":
+        version = flash_attn_version_tuple(flash_attn)
+        if version is None or version + (0,) * (3 - len(version)) >= FLASH_ATTN_DETERMINISTIC:
+            return None
+    installed = "no flash-attn" if flash_attn == "none" else f"flash-attn {flash_attn} (< 2.4.1)"
+    return (f"--attention-backend auto in deterministic mode on compute capability {capability:g} with "
+            f"{installed}: Transformer Engine rules out fused and flash attention and runs unfused "
+            f"attention (s^2 memory)")
+
+
+def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
+                 notes: tuple[str, ...] = (), given: frozenset = frozenset()) -> EstimatorConfig:
+    """An EstimatorConfig from a derived namespace that validation accepted."""
+    num_layers = ns["num_layers"]
+    activation, gated = resolve_activation(ns)
+    moe = None
+    if ns.get("num_experts"):
+        moe = MoeConfig(
+            num_experts=ns["num_experts"],
+            ffn_hidden_size=ns["moe_ffn_hidden_size"],
+            router_topk=ns["moe_router_topk"],
+            shared_expert_intermediate_size=ns.get("moe_shared_expert_intermediate_size"),
+            shared_expert_gate=bool(ns.get("moe_shared_expert_gate")),
+            layer_pattern=expand_moe_layer_freq(ns.get("moe_layer_freq", 1), num_layers),
+            grouped_gemm=bool(ns.get("moe_grouped_gemm")),
+            token_dispatcher_type=ns.get("moe_token_dispatcher_type", "allgather"),
+            expert_capacity_factor=ns.get("moe_expert_capacity_factor"),
+            pad_expert_input_to_capacity=bool(ns.get("moe_pad_expert_input_to_capacity")),
+            router_enable_expert_bias=bool(ns.get("moe_router_enable_expert_bias")),
+            router_dtype=ns.get("moe_router_dtype"),
+            latent_size=ns.get("moe_latent_size"),
+        )
+    mla = None
+    if ns.get("multi_latent_attention"):
+        mla = MlaConfig(
+            q_lora_rank=ns.get("q_lora_rank"),
+            kv_lora_rank=ns["kv_lora_rank"],
+            qk_head_dim=ns["qk_head_dim"],
+            qk_pos_emb_head_dim=ns["qk_pos_emb_head_dim"],
+            v_head_dim=ns["v_head_dim"],
+        )
+    model = ModelConfig(
+        num_layers=num_layers,
+        hidden_size=ns["hidden_size"],
+        num_attention_heads=ns["num_attention_heads"],
+        num_query_groups=ns["num_query_groups"],
+        kv_channels=ns["kv_channels"],
+        ffn_hidden_size=ns["ffn_hidden_size"],
+        vocab_size=vocab.size,
+        padded_vocab_size=vocab.padded_size,
+        vocab_source=vocab.source,
+        max_position_embeddings=ns["max_position_embeddings"],
+        position_embedding_type=ns["position_embedding_type"],
+        normalization=ns["normalization"],
+        activation=activation,
+        gated_linear_unit=gated,
+        add_bias_linear=bool(ns["add_bias_linear"]),
+        add_qkv_bias=bool(ns["add_qkv_bias"]),
+        qk_layernorm=bool(ns.get("qk_layernorm")),
+        untie_embeddings_and_output_weights=bool(ns["untie_embeddings_and_output_weights"]),
+        hidden_dropout=float(ns["hidden_dropout"]),
+        attention_dropout=float(ns["attention_dropout"]),
+        moe=moe,
+        mla=mla,
+        mtp_num_layers=ns.get("mtp_num_layers") or 0,
+    )
+    parallel = ParallelDims(
+        world_size=ns["world_size"],
+        tp=ns["tensor_model_parallel_size"],
+        pp=ns["pipeline_model_parallel_size"],
+        cp=ns["context_parallel_size"],
+        ep=ns["expert_model_parallel_size"],
+        etp=ns["expert_tensor_parallel_size"],
+        vpp=ns.get("virtual_pipeline_model_parallel_size"),
+    )
+    split = PipelineSplit(
+        first_stage_layers=ns.get("decoder_first_pipeline_num_layers"),
+        last_stage_layers=ns.get("decoder_last_pipeline_num_layers"),
+        account_for_embedding=bool(ns.get("account_for_embedding_in_pipeline_split")),
+        account_for_loss=bool(ns.get("account_for_loss_in_pipeline_split")),
+        layout=ns.get("pipeline_model_parallel_layout"),
+        microbatch_group_size=ns["microbatch_group_size_per_vp_stage"],
+    )
+    training = TrainingConfig(
+        micro_batch_size=ns["micro_batch_size"],
+        global_batch_size=ns["global_batch_size"],
+        num_microbatches=ns["num_microbatches"],
+        seq_length=ns["seq_length"],
+        sequence_parallel=bool(ns["sequence_parallel"]),
+        recompute_granularity=ns.get("recompute_granularity"),
+        recompute_method=ns.get("recompute_method"),
+        recompute_num_layers=ns.get("recompute_num_layers"),
+        recompute_modules=tuple(ns.get("recompute_modules") or ()),
+        distribute_saved_activations=bool(ns.get("distribute_saved_activations")),
+        cpu_offloading_num_layers=ns.get("cpu_offloading_num_layers") or 0,
+        overlap_p2p_comm=bool(ns.get("overlap_p2p_comm")),
+        calculate_per_token_loss=bool(ns.get("calculate_per_token_loss")),
+        cross_entropy_loss_fusion=bool(ns.get("cross_entropy_loss_fusion")),
+        cross_entropy_fusion_impl=ns.get("cross_entropy_fusion_impl", "native"),
+        fp32_residual_connection=bool(ns.get("fp32_residual_connection")),
+        defer_embedding_wgrad_compute=bool(ns.get("defer_embedding_wgrad_compute")),
+    )
+    params_dtype = ns["params_dtype"]
+    if params_dtype == "bf16":
+        main_grads = "fp32" if ns.get("accumulate_allreduce_grads_in_fp32") else "bf16"
+    elif params_dtype == "fp16":
+        main_grads = "fp32" if ns.get("accumulate_allreduce_grads_in_fp32") else "fp16"
+    else:
+        main_grads = "fp32"
+    precision = PrecisionConfig(
+        params_dtype=params_dtype,
+        main_grads_dtype=main_grads,
+        main_params_dtype=ns.get("main_params_dtype", "fp32"),
+        exp_avg_dtype=ns.get("exp_avg_dtype", "fp32"),
+        exp_avg_sq_dtype=ns.get("exp_avg_sq_dtype", "fp32"),
+        optimizer=ns.get("optimizer", "adam"),
+        use_distributed_optimizer=bool(ns.get("use_distributed_optimizer")),
+        num_distributed_optimizer_instances=ns.get("num_distributed_optimizer_instances") or 1,
+        use_precision_aware_optimizer=bool(ns.get("use_precision_aware_optimizer")),
+        optimizer_cpu_offload=bool(ns.get("optimizer_cpu_offload")),
+        optimizer_offload_fraction=float(ns.get("optimizer_offload_fraction", 1.0)),
+        overlap_grad_reduce=bool(ns.get("overlap_grad_reduce")),
+        overlap_param_gather=bool(ns.get("overlap_param_gather")),
+        ddp_bucket_size=ns.get("ddp_bucket_size"),
+        fp8=ns.get("fp8"),
+        fp8_recipe=ns.get("fp8_recipe", "delayed"),
+        fp8_param_gather=bool(ns.get("fp8_param_gather")),
+        use_megatron_fsdp=bool(ns.get("use_megatron_fsdp")),
+        data_parallel_sharding_strategy=ns.get("data_parallel_sharding_strategy", "optim_grads_params"),
+        attention_softmax_in_fp32=bool(ns.get("attention_softmax_in_fp32")),
+    )
+    backend, backend_source = resolve_attention_backend(ns, environ)
+    kernels = KernelConfig(
+        transformer_impl=ns.get("transformer_impl", "transformer_engine"),
+        attention_backend=backend,
+        attention_backend_source=backend_source,
+        masked_softmax_fusion=bool(ns.get("masked_softmax_fusion", True)),
+        bias_gelu_fusion=bool(ns.get("bias_gelu_fusion", True)),
+        bias_swiglu_fusion=bool(ns.get("bias_swiglu_fusion", True)),
+        bias_dropout_fusion=bool(ns.get("bias_dropout_fusion", True)),
+        gradient_accumulation_fusion=bool(ns.get("gradient_accumulation_fusion", True)),
+        apply_rope_fusion=bool(ns.get("apply_rope_fusion", True)),
+    )
+    return EstimatorConfig(
+        model=model, parallel=parallel, split=split, training=training, precision=precision,
+        kernels=kernels, world_size_source=world_size_source, notes=tuple(notes), namespace=dict(ns),
+        given=frozenset(given),
+    )

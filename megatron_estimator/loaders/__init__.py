@@ -1,1 +1,0 @@
-"""Readers of launch inputs other than a plain command line (launch scripts, ...)."""

@@ -1,0 +1,648 @@
+"""Megatron-LM's command-line flags, and a parser that reads a command line the way Megatron does.
+
+The table (``data/megatron_flags.tsv``, written by ``scripts/import_flags``) describes every
+flag that ``megatron/training/arguments.py`` registers: option strings, dest, argparse action,
+type converter, nargs, default, choices, and whether an optional extension must be installed
+for the flag to exist.  ``flag_table()`` loads it once, lazily.
+
+``parse_megatron_argv`` mirrors ``argparse`` as Megatron configures it
+(``argparse.ArgumentParser(allow_abbrev=False)``, arguments.py ``parse_args``): option strings
+match exactly (no abbreviations); ``--flag value`` and ``--flag=value``; ``store_true``,
+``store_false`` and ``BooleanOptionalAction`` (``--x`` / ``--no-x``); nargs ``?``, ``*``,
+``+`` and counts; a token is a value unless it looks like an option, and ``-1`` or ``-.5`` are
+values because no Megatron option looks like a negative number (argparse's rule up to Python
+3.13: ``-1e-5`` is *not* such a number, so write ``--flag=-1e-5``; 3.14 widened the rule); the
+last repetition of a flag wins.  Values are converted with the flag's converter and checked
+against its choices.  Instead of stopping at the first error, as argparse does, every problem
+is returned, in command-line order; nothing is printed or raised for bad input.
+
+Values are Python values as Megatron's namespace would hold them, except that enum members
+(``--attention-backend``, ``--exit-signal``, ``--cuda-graph-modules``) are kept by member name
+(``'flash'``, ``'SIGTERM'``, ``'attn'``): the estimator does not import Megatron.
+
+Flags that exist only with an optional extension (``conditional``: ``modelopt`` for
+nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are accepted: whether the
+training environment has the extension cannot be known from here.  ``conditional_flag_notes``
+names the ones a ``RawArgs`` uses, as notes to show, not as problems.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Iterator, Sequence
+
+from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+from megatron_estimator.core.resources import data_path
+
+TABLE_FILE = "megatron_flags.tsv"
+BOOLEAN_OPTIONAL = "argparse.BooleanOptionalAction"
+FLAG_ACTIONS = ("store_true", "store_false", BOOLEAN_OPTIONAL)
+
+CONDITIONS = {
+    "modelopt": "registered only when nvidia-modelopt is installed (the extra_args_provider of "
+                "pretrain_gpt.py / pretrain_hybrid.py); without it Megatron rejects the flag",
+    "kitchen": "registered only when megatron.core.extensions.kitchen is importable "
+               "(arguments.py _add_kitchen_quantization_arguments); without it Megatron rejects the flag",
+}
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag as Megatron's parser registers it."""
+
+    flag: str                       # first option string, e.g. "--num-layers"
+    aliases: tuple[str, ...]        # the other option strings, e.g. ("--disable-x",)
+    dest: str                       # namespace attribute, e.g. "num_layers"
+    action: str                     # store | store_true | store_false | argparse.BooleanOptionalAction
+    type: str | None                # converter name ("int", "moe_freq_type", "AttnBackend"...), None: the string
+    nargs: int | str | None         # None (one value), "?", "*", "+" or a count
+    default: Any                    # the namespace value when the flag is not given
+    choices: tuple | None           # allowed values after conversion (enum members by name)
+    const: Any
+    conditional: str                # "" always registered; else "modelopt" or "kitchen"
+
+    def __hash__(self) -> int:      # defaults may be lists; the first option string is unique
+        return hash(self.flag)
+
+    @property
+    def option_strings(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases)
+
+    @property
+    def takes_value(self) -> bool:
+        return self.action not in FLAG_ACTIONS
+
+    @property
+    def always_registered(self) -> bool:
+        return not self.conditional
+
+
+# -- reading the table ------------------------------------------------------------------------
+
+_LITERALS = {"None": None, "True": True, "False": False}
+_INT = re.compile(r"-?\d+\Z")
+_FLOAT = re.compile(r"-?(\d+\.\d*|\d*\.\d+)(e[-+]?\d+)?\Z|-?\d+e[-+]?\d+\Z")
+_PLAIN_STR = re.compile(r"'[^'\\]*'\Z")
+
+
+def read_literal(text: str) -> Any:
+    """The value of a Python literal as ``repr`` writes it: ``ast.literal_eval``, with fast
+    paths for the forms the table holds most (None, booleans, numbers, plain strings)."""
+    if text in _LITERALS:
+        return _LITERALS[text]
+    if text == "[]":
+        return []
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if _PLAIN_STR.match(text):
+        return text[1:-1]
+    import ast
+    return ast.literal_eval(text)
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+class FlagTable:
+    """Megatron's flags, looked up by option string or by dest.  FlagSpecs are built on demand."""
+
+    def __init__(self, rows: Sequence[Sequence[str]]):
+        self._rows = rows
+        self._specs: list[FlagSpec | None] = [None] * len(rows)
+        self._by_option: dict[str, int] = {}
+        self._by_dest: dict[str, list[int]] = {}
+        for index, row in enumerate(rows):
+            self._by_option[row[0]] = index
+            if row[1]:
+                for alias in row[1].split(","):
+                    self._by_option[alias] = index
+            self._by_dest.setdefault(row[2], []).append(index)
+        self._defaults: dict[str, Any] | None = None
+
+    @classmethod
+    def from_text(cls, text: str) -> "FlagTable":
+        lines = text.splitlines()
+        start = 0
+        while start < len(lines) and lines[start].startswith("#"):
+            start += 1
+        header = lines[start].split("\t")
+        if header[:10] != ["flag", "aliases", "dest", "action", "type", "nargs", "default",
+                           "choices", "const", "conditional"]:
+            raise ValueError(f"{TABLE_FILE}: unexpected header {header!r}")
+        return cls([line.split("\t") for line in lines[start + 1:] if line])
+
+    def _spec(self, index: int) -> FlagSpec:
+        spec = self._specs[index]
+        if spec is None:
+            flag, aliases, dest, action, type_name, nargs, default, choices, const, conditional = self._rows[index][:10]
+            spec = FlagSpec(
+                flag=flag,
+                aliases=tuple(aliases.split(",")) if aliases else (),
+                dest=dest,
+                action=action,
+                type=type_name or None,
+                nargs=int(nargs) if nargs.isdigit() else (nargs or None),
+                default=read_literal(default),
+                choices=_typed_choices(choices, type_name) if choices else None,
+                const=read_literal(const) if const else None,
+                conditional=conditional,
+            )
+            self._specs[index] = spec
+        return spec
+
+    # lookups
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[FlagSpec]:
+        return (self._spec(i) for i in range(len(self._rows)))
+
+    def __contains__(self, option: object) -> bool:
+        return option in self._by_option
+
+    def by_option(self, option: str) -> FlagSpec | None:
+        """The flag that ``option`` (an exact option string, e.g. ``--no-x``) belongs to."""
+        index = self._by_option.get(option)
+        return None if index is None else self._spec(index)
+
+    def by_dest(self, dest: str) -> FlagSpec | None:
+        """The first flag registered for ``dest`` (the one whose default argparse keeps)."""
+        indexes = self._by_dest.get(dest)
+        return None if indexes is None else self._spec(indexes[0])
+
+    def specs_for_dest(self, dest: str) -> tuple[FlagSpec, ...]:
+        """Every flag that stores into ``dest``, in registration order (usually one;
+        ``--yarn-correction-range-round-to-int`` and its ``--no-`` twin share one)."""
+        return tuple(self._spec(i) for i in self._by_dest.get(dest, ()))
+
+    def dests(self) -> tuple[str, ...]:
+        return tuple(self._by_dest)
+
+    def option_strings(self, *, include_conditional: bool = True) -> tuple[str, ...]:
+        if include_conditional:
+            return tuple(self._by_option)
+        return tuple(o for o, i in self._by_option.items() if not self._rows[i][9])
+
+    def _all_defaults(self) -> dict[str, Any]:
+        if self._defaults is None:
+            defaults: dict[str, Any] = {}
+            for row in self._rows:
+                # argparse sets each dest's default once, from the first action registered for it.
+                if row[2] not in defaults:
+                    defaults[row[2]] = read_literal(row[6])
+            self._defaults = defaults
+        return self._defaults
+
+    def default(self, dest: str) -> Any:
+        """Megatron's default for ``dest`` (a fresh copy when it is a list); KeyError if unknown."""
+        return _copy(self._all_defaults()[dest])
+
+    def defaults(self) -> dict[str, Any]:
+        """Every always-registered dest -> its default: Megatron's namespace before parsing."""
+        everything = self._all_defaults()
+        return {dest: _copy(everything[dest]) for dest, indexes in self._by_dest.items()
+                if not self._rows[indexes[0]][9]}
+
+
+def _typed_choices(text: str, type_name: str) -> tuple:
+    values = text.split("|")
+    if type_name == "int":
+        return tuple(int(v) for v in values)
+    if type_name == "float":
+        return tuple(float(v) for v in values)
+    return tuple(values)
+
+
+@cache
+def flag_table() -> FlagTable:
+    """The table of Megatron's flags, read on first use."""
+    return FlagTable.from_text(data_path(TABLE_FILE).read_text(encoding="utf-8"))
+
+
+def dest_for_option(option: str) -> str | None:
+    """The dest that an exact option string stores into, or None for an unknown option."""
+    spec = flag_table().by_option(option)
+    return None if spec is None else spec.dest
+
+
+def closest_flags(option: str, n: int = 3) -> list[str]:
+    """Up to ``n`` known option strings closest to ``option`` (a misspelling), best first.
+
+    ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first; otherwise difflib's
+    similarity ratio, at least 0.6, decides.
+    """
+    import difflib
+
+    table = flag_table()
+    name = option.split("=", 1)[0]
+    normalized = "--" + name.lstrip("-").replace("_", "-")
+    found: list[str] = []
+    for candidate in (name, normalized):
+        if candidate in table and candidate not in found:
+            found.append(candidate)
+    for match in difflib.get_close_matches(normalized, table.option_strings(), n=n + len(found)):
+        if match not in found:
+            found.append(match)
+    return found[:n]
+
+
+# -- converters -------------------------------------------------------------------------------
+
+
+class FlagValueError(ValueError):
+    """A value that a flag's converter rejects; the message says what was expected."""
+
+
+class FlagChoiceError(ValueError):
+    """A converted value that is not among the flag's choices."""
+
+    def __init__(self, value: Any, choices: tuple):
+        self.value, self.choices = value, choices
+        super().__init__(f"invalid choice {value!r}")
+
+
+# arguments.py _eval_pattern: a pattern may hold only digits, commas, brackets, parentheses, + and *.
+_PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*]")
+_MAX_PATTERN_LENGTH = 1_000_000
+_PATTERN_HELP = ("an integer or a layer pattern such as ([1]*3+[0]*1)*3 "
+                 "(digits, commas, brackets, parentheses, + and * only, no spaces)")
+
+# megatron/core/transformer/enums.py CudaGraphModule, and the deprecated whole-graph spellings
+# that arguments.py _parse_cuda_graph_modules_arg passes through as strings.
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+CUDA_GRAPH_DEPRECATED_SCOPES = ("full", "full_iteration", "full_iteration_inference")
+
+
+def eval_layer_pattern(text: str) -> list[int]:
+    """A per-layer pattern such as ``([0]*3+[1]*58)`` or ``[1,0,1]``, evaluated safely.
+
+    Megatron (arguments.py ``_eval_pattern``) checks the characters and calls ``eval``; here the
+    expression is walked with ``ast``: list literals of integers, ``*`` (repetition, or integer
+    product) and ``+`` (concatenation, or integer sum), with parentheses.  The result must be a
+    flat list of integers, which is what the model builders accept (transformer_block.py).
+    """
+    if _PATTERN_CHARS.search(text):
+        raise FlagValueError("a layer pattern may hold only digits, commas, brackets, parentheses, "
+                             "+ and * (no spaces)")
+    import ast
+
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise FlagValueError("not a valid layer pattern") from None
+
+    def value(node: ast.AST) -> int | list[int]:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.List):
+            items = [value(e) for e in node.elts]
+            if not all(isinstance(i, int) for i in items):
+                raise FlagValueError("a layer pattern's lists must hold integers, not lists")
+            return items
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                if isinstance(left, list) != isinstance(right, list):
+                    raise FlagValueError("+ joins two lists or adds two integers")
+                if isinstance(left, list) and len(left) + len(right) > _MAX_PATTERN_LENGTH:
+                    raise FlagValueError("the layer pattern is too long")
+                return left + right
+            if isinstance(left, list) or isinstance(right, list):
+                if isinstance(left, list) and isinstance(right, list):
+                    raise FlagValueError("* repeats a list an integer number of times")
+                items, times = (left, right) if isinstance(left, list) else (right, left)
+                if len(items) * times > _MAX_PATTERN_LENGTH:
+                    raise FlagValueError("the layer pattern is too long")
+                return items * times
+            product = left * right
+            if product > _MAX_PATTERN_LENGTH ** 2:
+                raise FlagValueError("the layer pattern's numbers are too large")
+            return product
+        raise FlagValueError("a layer pattern may use only lists of integers, + and *")
+
+    try:
+        result = value(tree.body)
+    except RecursionError:
+        raise FlagValueError("the layer pattern is nested too deeply") from None
+    if not isinstance(result, list):
+        raise FlagValueError("a layer pattern must evaluate to a list")
+    return result
+
+
+def _freq_type(text: str) -> int | list[int]:
+    # arguments.py moe_freq_type / la_freq_type / no_rope_freq_type: a pattern when it holds '[',
+    # else an integer.
+    if "[" in text:
+        return eval_layer_pattern(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise FlagValueError(f"expected {_PATTERN_HELP}") from None
+
+
+def _tuple_type(text: str) -> tuple[int, ...]:
+    # arguments.py tuple_type: "1,2,3" or "(1,2,3)".
+    try:
+        return tuple(int(i) for i in text.strip("()").split(","))
+    except ValueError:
+        raise FlagValueError("expected comma-separated integers such as 1,2 or (1,2)") from None
+
+
+def _cuda_graph_module(text: str) -> str:
+    # arguments.py _parse_cuda_graph_modules_arg: the deprecated scopes as strings, else a
+    # CudaGraphModule member by name (kept here by name).
+    if text in CUDA_GRAPH_DEPRECATED_SCOPES or text in CUDA_GRAPH_MODULES:
+        return text
+    raise FlagValueError(f"expected one of {', '.join(CUDA_GRAPH_MODULES)} (or the deprecated "
+                         f"{', '.join(CUDA_GRAPH_DEPRECATED_SCOPES)})")
+
+
+def _number(kind, description):
+    def convert(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise FlagValueError(f"expected {description}") from None
+    return convert
+
+
+_CONVERTERS = {
+    "int": _number(int, "an integer"),
+    "float": _number(float, "a number"),
+    "str": str,
+    "bool": bool,            # argparse calls bool(text): any non-empty string is True
+    "moe_freq_type": _freq_type,
+    "la_freq_type": _freq_type,
+    "no_rope_freq_type": _freq_type,
+    "tuple_type": _tuple_type,
+    "_parse_cuda_graph_modules_arg": _cuda_graph_module,
+}
+ENUM_TYPES = ("AttnBackend", "signal.Signals")   # looked up by member name; the choices are the names
+CONVERTER_TYPES = frozenset(_CONVERTERS) | frozenset(ENUM_TYPES)
+
+
+def convert_value(spec: FlagSpec, text: str) -> Any:
+    """One value string converted as Megatron's converter for ``spec`` does, choices checked.
+
+    Raises ``FlagValueError`` (the type is wrong) or ``FlagChoiceError`` (not among the choices).
+    """
+    if spec.type in ENUM_TYPES or spec.type is None:
+        value = text
+    else:
+        converter = _CONVERTERS.get(spec.type)
+        if converter is None:
+            raise FlagValueError(f"{spec.flag}: no converter for type {spec.type!r}")
+        value = converter(text)
+    if spec.choices is not None and value not in spec.choices:
+        raise FlagChoiceError(value, spec.choices)
+    return value
+
+
+# -- the command-line parser ------------------------------------------------------------------
+
+# argparse's test for a negative number (ArgumentParser._negative_number_matcher, Python 3.10-3.11;
+# 3.12/3.13 also accept underscores, 3.14 also exponents).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_NUMBER_LIKE = re.compile(r"-\.?\d")
+_HELP = ("-h", "--help")
+
+
+def _looks_like_option(token: str, table: FlagTable) -> bool:
+    """argparse's _parse_optional for Megatron's parser: is ``token`` an option (O) or a value (A)?"""
+    if not token or token[0] != "-":
+        return False
+    if token in table or token in _HELP:
+        return True
+    if len(token) == 1:
+        return False
+    if "=" in token and token.split("=", 1)[0] in table:
+        return True
+    if _NEGATIVE_NUMBER.match(token):
+        return False        # no Megatron option looks like a negative number
+    return " " not in token
+
+
+def _count(n: int) -> str:
+    return "one value" if n == 1 else f"{n} values"
+
+
+def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
+                        source: str = "command line") -> tuple[RawArgs, tuple[Problem, ...]]:
+    """Megatron's flags in ``argv`` -> the settings given, and every problem found.
+
+    ``argv`` is what follows the training script (``pretrain_gpt.py``).  ``locations``, one per
+    token, names where each token came from (``run.sh:12``); a setting's location is then
+    ``run.sh:12 --num-layers``, else the option as spelled.  Problem codes: ``unknown-flag``,
+    ``help-flag``, ``missing-value``, ``invalid-value``, ``invalid-choice``,
+    ``unexpected-argument``, ``ignored-explicit-value``.
+    """
+    tokens = list(argv)
+    if locations is not None and len(locations) != len(tokens):
+        raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
+    table = flag_table()
+    problems = ProblemCollector()
+    settings: dict[str, RawSetting] = {}
+
+    def where(index: int, spelled: str | None) -> str:
+        if locations is not None:
+            return f"{locations[index]} {spelled}" if spelled else locations[index]
+        return spelled or "<command>"
+
+    # argparse's pattern of the command line: O (option), A (value), '-' ('--', after which
+    # everything is a value).
+    kinds: list[str] = []
+    for index, token in enumerate(tokens):
+        if token == "--":
+            kinds.append("-")
+            kinds.extend("A" * (len(tokens) - index - 1))
+            break
+        kinds.append("O" if _looks_like_option(token, table) else "A")
+
+    def run_of_values(start: int) -> int:
+        stop = start
+        while stop < len(tokens) and kinds[stop] == "A":
+            stop += 1
+        return stop
+
+    previous: tuple[int, str, FlagSpec, int] | None = None   # option's token index, spelling, spec, values taken
+    i = 0
+    while i < len(tokens):
+        token, kind = tokens[i], kinds[i]
+        if kind == "-":
+            rest = len(tokens) - i - 1
+            after = f" and the {_plural(rest, 'argument')} after it" if rest else ""
+            problems.add("unexpected-argument", where(i, None),
+                         f"'--' ends the options; Megatron rejects it{after}")
+            break
+        if kind == "A":
+            stop = run_of_values(i)
+            stray = " ".join(repr(t) for t in tokens[i:stop])
+            noun = "argument" if stop - i == 1 else "arguments"
+            if previous is None:
+                problems.add("unexpected-argument", where(i, None),
+                             f"unexpected {noun} {stray}: Megatron takes only --flags "
+                             "(is a flag missing before it?)")
+            else:
+                p_index, p_spelled, p_spec, taken = previous
+                why = ("this flag takes no value" if not p_spec.takes_value
+                       else f"this flag takes {_count(taken)}")
+                problems.add("unexpected-argument", where(p_index, p_spelled),
+                             f"unexpected {noun} {stray} ({why})")
+            previous = None
+            i = stop
+            continue
+
+        # An option: exact, or exact before '=' (allow_abbrev=False: no prefixes).
+        option_index = i
+        spelled, explicit = token, None
+        if token not in table and "=" in token:
+            spelled, explicit = token.split("=", 1)
+        spec = table.by_option(spelled)
+        location = where(option_index, spelled)
+        if spec is None:
+            if spelled in _HELP:
+                problems.add("help-flag", location, "Megatron prints its help and exits instead of training")
+            else:
+                suggestions = _best_suggestions(spelled)
+                hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
+                problems.add("unknown-flag", location, "unknown flag" + hint)
+            # argparse lists the values after an unknown option among the unrecognized
+            # arguments too; they belong to this problem, not to new ones.
+            i = run_of_values(i + 1)
+            previous = None
+            continue
+
+        nargs = spec.nargs
+        if not spec.takes_value:
+            i += 1
+            previous = (option_index, spelled, spec, 0)
+            if explicit is not None:
+                problems.add("ignored-explicit-value", location,
+                             f"this flag takes no value; Megatron rejects '={explicit}' (write {spelled} alone)")
+                continue
+            if spec.action == BOOLEAN_OPTIONAL:
+                value = not spelled.startswith("--no-")      # argparse.BooleanOptionalAction.__call__
+            else:
+                value = spec.action == "store_true"
+            settings[spec.dest] = RawSetting(spec.dest, value, location)
+            continue
+
+        if explicit is not None:
+            # argparse matches an explicit '=value' as exactly one value.
+            i += 1
+            values = [explicit]
+            previous = (option_index, spelled, spec, 1)
+            if isinstance(nargs, int) and nargs != 1:
+                problems.add("missing-value", location,
+                             f"expects {_count(nargs)}; '={explicit}' gives one "
+                             f"(write {spelled} followed by {nargs} values)")
+                continue
+        else:
+            start = i + 1
+            available = run_of_values(start) - start
+            if nargs is None:
+                needed, taken = 1, min(available, 1)
+            elif nargs == "?":
+                needed, taken = 0, min(available, 1)
+            elif nargs == "*":
+                needed, taken = 0, available
+            elif nargs == "+":
+                needed, taken = 1, available
+            else:
+                needed, taken = nargs, min(available, nargs)
+            i = start + taken
+            previous = (option_index, spelled, spec, taken)
+            if taken < needed:
+                expects = ("a value" if nargs is None else "at least one value" if nargs == "+"
+                           else _count(nargs))
+                problems.add("missing-value", location,
+                             f"expects {expects}{_what_follows(tokens, i, taken, spelled)}")
+                if i < len(tokens) and _NUMBER_LIKE.match(tokens[i]) and tokens[i] not in table:
+                    i += 1      # the number that argparse took for an option: explained above
+                continue
+            values = tokens[start:i]
+
+        converted: list[Any] = []
+        for text in values:
+            try:
+                converted.append(convert_value(spec, text))
+            except FlagChoiceError as exc:
+                problems.add("invalid-choice", location, _choice_message(exc))
+            except FlagValueError as exc:
+                problems.add("invalid-value", location, f"invalid value {text!r}: {exc}")
+        if len(converted) < len(values):
+            continue
+        if nargs is None:
+            value = converted[0]
+        elif nargs == "?":
+            value = converted[0] if converted else spec.const
+        else:
+            value = converted
+        settings[spec.dest] = RawSetting(spec.dest, value, location)
+
+    return RawArgs(settings, source), problems.problems
+
+
+def _best_suggestions(option: str) -> list[str]:
+    """The closest flags worth naming: the best match and any nearly as close."""
+    import difflib
+
+    found = closest_flags(option)
+    if len(found) < 2:
+        return found
+    normalized = "--" + option.lstrip("-").replace("_", "-")
+    scores = [difflib.SequenceMatcher(None, normalized, f).ratio() for f in found]
+    return [f for f, score in zip(found, scores) if score >= scores[0] - 0.05]
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _either(options: Sequence[str]) -> str:
+    return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+
+
+def _what_follows(tokens: Sequence[str], index: int, taken: int, spelled: str) -> str:
+    """Why a flag got too few values: the token that stopped them, or the end of the line."""
+    got = f", got {taken}" if taken else ""
+    if index >= len(tokens):
+        return got if taken else " but the command line ends"
+    following = tokens[index]
+    text = f"{got} before {following}" if taken else f" but {following} follows"
+    if following == "--":
+        text += " ('--' ends the options)"
+    elif _NUMBER_LIKE.match(following):
+        # e.g. -1e-5: not a negative number by argparse's rule, so it reads as an option.
+        text += f" (argparse reads {following} as an option; write {spelled}={following})"
+    return text
+
+
+def _choice_message(exc: FlagChoiceError) -> str:
+    choices = ", ".join(str(c) for c in exc.choices)
+    message = f"invalid choice {exc.value!r}; choose from {choices}"
+    if isinstance(exc.value, str):
+        import difflib
+        close = difflib.get_close_matches(exc.value, [str(c) for c in exc.choices], n=1)
+        if close:
+            message += f" (did you mean {close[0]}?)"
+    return message
+
+
+def conditional_flag_notes(raw: RawArgs) -> tuple[Problem, ...]:
+    """Notes (not problems) for the settings in ``raw`` whose flags exist only with an optional
+    extension: code ``conditional-flag``, located where the setting was given."""
+    table = flag_table()
+    notes = []
+    for dest, setting in raw.settings.items():
+        spec = table.by_dest(dest)
+        if spec is not None and spec.conditional:
+            notes.append(Problem("conditional-flag", setting.location, CONDITIONS.get(
+                spec.conditional, f"registered only with the optional extension {spec.conditional}")))
+    return tuple(notes)

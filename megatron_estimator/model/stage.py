@@ -1,0 +1,410 @@
+"""The per-stage estimate: model states + activations in flight + transients at the peak.
+
+Pure arithmetic over the validated configuration.  For each pipeline rank:
+1. the parameter tensors of its model chunks (``parameters``) give the model states
+   (``states``);
+2. each chunk's activations per microbatch (``activations``), with recomputation applied
+   the way megatron/core/transformer/transformer_block.py ``_checkpointed_forward`` groups
+   layers, times the microbatches the schedule keeps alive (``layout.microbatches_in_flight``);
+3. the peak adds what is transient at the fullest moment: the loss's logits casts on the
+   last stage, one recompute group re-materialized during its backward, a layer's backward
+   working set, and the framework's workspaces and the current microbatch's batch tensors;
+4. the device peak adds what the allocator does not see (``overhead``).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
+from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
+from megatron_estimator.results.estimate import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
+from megatron_estimator.model import activations as act
+from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
+from megatron_estimator.model.overhead import GiB, Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
+from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count
+from megatron_estimator.model.states import model_states
+
+MiB = 1 << 20
+
+
+def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    """(checkpointed groups, layers kept whole) for one model chunk under full recompute."""
+    tr = config.training
+    if tr.recompute_granularity != "full" or not layers:
+        return [], layers
+    n = tr.recompute_num_layers or 1
+    if tr.recompute_method == "uniform":
+        return [layers[i:i + n] for i in range(0, len(layers), n)], ()
+    # block: the first n layers of each chunk are checkpointed one by one.
+    return [(i,) for i in layers[:n]], layers[n:]
+
+
+def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) -> int:
+    return chunk_activation_bytes(config, chunk, imbalance)[0]
+
+
+def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> tuple[int, int]:
+    """(bytes one microbatch keeps alive in this chunk, largest recompute re-materialization)."""
+    groups, whole = _recompute_groups(config, chunk.layers)
+    # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
+    # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
+    # layer in transit is a transient.
+    offloaded = set(chunk.layers[:config.training.cpu_offloading_num_layers])
+    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole if i not in offloaded)
+    kept += len(groups) * act.layer_input_bytes(config)
+    recompute_peak = 0
+    for group in groups:
+        rematerialized = sum(act.layer_activations(config, i, imbalance).total for i in group)
+        recompute_peak = max(recompute_peak, rematerialized)
+    if chunk.pre_process:
+        kept += act.embedding_activations(config)
+    if chunk.post_process:
+        kept += act.loss_activations(config)[0]
+    kept += chunk.mtp_layers * act.mtp_layer_activations(config)
+    return kept, recompute_peak
+
+
+def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]) -> int:
+    """Gradient buffers alive while one layer runs backward: the widest output gradient
+    (fc1's, or the attention probabilities' with unfused attention) and the incoming and
+    outgoing [s, b, h] gradients."""
+    if not layers:
+        return 0
+    m, d = config.model, act.dims(config)
+    fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
+    widest = d.act * d.tokens * fc1 // d.t
+    if config.kernels.attention_backend not in ("flash", "fused"):
+        widest = max(widest, 2 * d.act * d.b * (m.num_attention_heads // d.t) * d.s * d.s)
+    return widest + 2 * d.act * d.tokens * m.hidden_size
+
+
+def fused_cross_entropy_extra_buffers(compute_capability: float) -> int:
+    """fp32 [s, b, V/t] buffers the fused cross entropy adds over the unfused one.
+
+    megatron/core/fusions/fused_cross_entropy.py runs its steps under torch.compile
+    (megatron/core/jit.py jit_fuser): the unfused path's in-place subtract / exp / divide on
+    the fp32 logits become functional kernels whose results are written back, and how many
+    of those intermediates the compiler keeps depends on the GPU and the software stack.
+    Megatron-LM's CI measures one on Hopper and Blackwell, and one to three on Ampere across
+    its containers; the largest is taken (an estimate that guards against OOM errs high)."""
+    return 1 if compute_capability >= 9.0 else 3
+
+
+def _loss_transient(config: EstimatorConfig, compute_capability: float = 9.0) -> int:
+    """Transient bytes at the loss on the last stage, beyond what the microbatch keeps."""
+    m, d = config.model, act.dims(config)
+    logits = d.tokens * m.padded_vocab_size // d.t
+    transient = act.loss_activations(config)[1]
+    if config.training.cross_entropy_loss_fusion:
+        transient += 4 * logits * fused_cross_entropy_extra_buffers(compute_capability)
+    if not config.kernels.gradient_accumulation_fusion:
+        # The output layer's weight gradient is materialized in the param dtype before it is
+        # added to main_grad (megatron/core/tensor_parallel/layers.py without fusion).
+        weight_grad = d.act * m.padded_vocab_size // d.t * m.hidden_size
+        transient = max(transient, weight_grad - 2 * logits)
+    return transient
+
+
+def _batch_bytes(config: EstimatorConfig) -> int:
+    """The microbatch on a first or last stage: tokens, labels, position ids (int64), loss mask
+    (fp32) and, with --create-attention-mask-in-dataloader (Megatron's default), a bool
+    [b, 1, s, s] causal mask (megatron/core/datasets/gpt_dataset.py)."""
+    d = act.dims(config)
+    total = (3 * 8 + 4) * d.tokens
+    if config.namespace.get("create_attention_mask_in_dataloader", True):
+        total += d.tokens * config.training.seq_length
+    return total
+
+
+def _deferred_wgrad_bytes(config: EstimatorConfig) -> int:
+    """--defer-embedding-wgrad-compute: the output layer keeps each microbatch's input and
+    output gradient until the end of the step, up to --wgrad-deferral-limit of them (0: all)
+    (megatron/core/tensor_parallel/layers.py, gpt_model.py embedding_activation_buffer /
+    grad_output_buffer).  At the last microbatch's loss the previous ones are held."""
+    if not config.training.defer_embedding_wgrad_compute:
+        return 0
+    m, d = config.model, act.dims(config)
+    limit = config.namespace.get("wgrad_deferral_limit") or 0
+    held = config.training.num_microbatches - 1
+    if limit:
+        held = min(held, limit)
+    return held * d.act * (d.tokens * m.padded_vocab_size // d.t + d.tokens_r * m.hidden_size)
+
+
+def _global_buffers(config: EstimatorConfig) -> int:
+    """megatron-core's GlobalMemoryBuffer: the local (unfused) DotProductAttention takes its
+    [b a/t, s, s] score buffer from it once and keeps it (megatron/core/transformer/
+    dot_product_attention.py, megatron/core/utils.py GlobalMemoryBuffer)."""
+    if config.kernels.transformer_impl != "local":
+        return 0
+    d = act.dims(config)
+    return d.act * d.b * (config.model.num_attention_heads // d.t) * d.s * d.s
+
+
+def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: list[tuple[int, int]],
+                     compute_capability: float) -> dict[str, int]:
+    """What may be alive on top of the stage's saved activations at its fullest moment, by
+    moment; the peak takes the largest.  ``per_chunk``: ``chunk_activation_bytes`` of each
+    model chunk.  (The planner calls this too, so both estimate the same thing.)"""
+    transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
+    if config.training.cpu_offloading_num_layers and stage.layers:
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
+    if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
+        # The layer running now has not been offloaded yet (and one is being reloaded).
+        transients["offload in flight"] = transients["layer backward"] + max(
+            act.offloaded_bytes(config, i) for i in stage.layers)
+    if config.namespace.get("overlap_moe_expert_parallel_comm") and stage.layers:
+        # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
+        # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
+        transients["overlapped forward"] = transients["layer backward"] + max(
+            act.layer_activations(config, i).total for i in stage.layers)
+    recompute = max((r for _, r in per_chunk), default=0)
+    if recompute:
+        transients["recompute"] = recompute
+    if stage.post_process:
+        transients["loss"] = _loss_transient(config, compute_capability)
+    return transients
+
+
+def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
+                   environ: Mapping[str, str], budget: int | None,
+                   tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
+    """One stage's estimate; ``tensors`` (one list per model chunk) when already built."""
+    p = config.parallel
+    if tensors is None:
+        tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    params = sum(count(t).total for t in tensors)
+    states = model_states(config, tensors)
+
+    per_chunk = [chunk_activation_bytes(config, chunk) for chunk in stage.chunks]
+    weights = tuple(kept for kept, _ in per_chunk)
+    inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
+                                      config.split.microbatch_group_size, weights,
+                                      bool(config.namespace.get("overlap_moe_expert_parallel_comm")))
+    activations = sum(n * kept for n, (kept, _) in zip(inflight.chunk_microbatches, per_chunk))
+    deferred = _deferred_wgrad_bytes(config) if stage.post_process else 0
+    activations += deferred
+
+    transients = stage_transients(config, stage, per_chunk, overheads.compute_capability)
+    moment = max(transients, key=transients.get)
+    transient = transients[moment]
+
+    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                       bool(config.namespace.get("deterministic_mode")))
+    te = te_workspace_for(config, overheads.compute_capability)
+    batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
+    buffers = _global_buffers(config)
+    # A resumed run with --ckpt-fully-parallel-load: the load's broadcast buffers outlive it
+    # into the first step (memory/checkpoint.py).
+    exchange = load_exchange_bytes(config, tensors)
+    other = transient + cublas + te + batch + buffers + states.fsdp_transient + exchange
+
+    memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
+    groups = communicators(p, config.model.moe is not None)
+    device = DeviceOverhead(
+        cuda_context=overheads.cuda_context_bytes,
+        communication_buffers=overheads.nccl_bytes_per_communicator * len(groups),
+        fragmentation=int(memory.total * overheads.fragmentation),
+    )
+    details = (
+        ("master_params", states.master_params),
+        ("optimizer_moments", states.optimizer_moments),
+        ("buffer_padding_elements", states.padded_elements),
+        ("activations_per_microbatch", sum(weights)),
+        ("transient_" + moment.replace(" ", "_"), transient),
+        ("cublas_workspace", cublas),
+        ("te_workspace", te),
+        ("batch_tensors", batch),
+        ("global_memory_buffer", buffers),
+        ("fp8_weight_copies", states.fp8_weight_copies),
+        ("fsdp_unsharded_in_flight", states.fsdp_transient),
+        ("deferred_embedding_wgrad", deferred),
+        ("checkpoint_load_buffers", exchange),
+    )
+    imbalanced = None
+    if config.model.moe is not None and overheads.routing_imbalance > 0:
+        hot = sum(n * _chunk_kept(config, chunk, overheads.routing_imbalance)
+                  for n, chunk in zip(inflight.chunk_microbatches, stage.chunks))
+        extra = hot - (activations - deferred)
+        hot_total = memory.total + extra
+        imbalanced = hot_total + device.cuda_context + device.communication_buffers + int(
+            hot_total * overheads.fragmentation)
+    return StageEstimate(
+        pipeline_rank=stage.pp_rank,
+        layer_indices=stage.layers,
+        parameters=params,
+        bytes=memory,
+        device_overhead=device,
+        microbatches_in_flight=inflight.chunk_microbatches,
+        peak_moment=f"{inflight.description}; transient: {moment}",
+        details=details,
+        budget_bytes=budget,
+        imbalanced_peak_bytes=imbalanced,
+    )
+
+
+def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
+                     stage_tensors: list[list[list[ParamTensor]]] | None = None) -> int:
+    """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
+    output-layer copy on the last stage not counted twice)."""
+    if stage_tensors is None:
+        stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+    total = 0
+    for stage, chunks_tensors in zip(stages, stage_tensors):
+        for chunk, tensors in zip(stage.chunks, chunks_tensors):
+            for t in tensors:
+                if t.name == "output_layer.weight" and not config.model.untie_embeddings_and_output_weights:
+                    continue
+                if t.name.startswith("embedding.") and not chunk.pre_process:
+                    continue  # the MTP stage's copy of the embedding
+                total += t.numel * _replication_factor(config, t.name, t.expert)
+    return total
+
+
+def _replication_factor(config: EstimatorConfig, name: str, expert: bool) -> int:
+    """How many GPUs of one model replica hold distinct shards of this tensor."""
+    p = config.parallel
+    if expert:
+        return p.ep * p.etp
+    if _tp_split(config, name):
+        return p.tp
+    return 1
+
+
+def _tp_split(config: EstimatorConfig, name: str) -> bool:
+    leaf = name.rsplit(".", 2)
+    module, kind = leaf[-2], leaf[-1]
+    if "layernorm" in module or module in ("enorm", "hnorm", "router", "position_embeddings") or name.endswith("gate_weight"):
+        return False
+    if module in ("linear_q_down_proj", "linear_kv_down_proj"):
+        return config.kernels.transformer_impl != "transformer_engine"
+    if module in ("linear_proj", "linear_fc2") and kind == "bias":
+        return False
+    return True
+
+
+def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_source: str | None = None,
+             overheads: Overheads = Overheads(), environ: Mapping[str, str] | None = None) -> Estimate:
+    import os
+
+    environ = os.environ if environ is None else environ
+    stages = pipeline_stages(config)
+    stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+    results = tuple(estimate_stage(config, stage, overheads, environ, budget, tensors)
+                    for stage, tensors in zip(stages, stage_tensors))
+    return Estimate(
+        world_size=config.parallel.world_size,
+        world_size_source=config.world_size_source,
+        parallelism=MappingProxyType(config.parallel.as_dict()),
+        stages=results,
+        assumptions=assumptions(config, overheads, environ, results),
+        budget_bytes=budget,
+        budget_source=budget_source,
+        model_summary=model_summary(config),
+        total_parameters=total_parameters(config, stages, stage_tensors),
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+
+
+def _ep_dp_hint(config: EstimatorConfig, most: int) -> str:
+    """What the expert data-parallel load group would keep instead, when that is less."""
+    if config.model.moe is None or config.namespace.get("ckpt_fully_parallel_load_process_group") == "ep_dp":
+        return ""
+    from dataclasses import replace
+
+    ep_dp = replace(config, namespace={**config.namespace, "ckpt_fully_parallel_load_process_group": "ep_dp"})
+    fewer = max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
+                for stage in pipeline_stages(ep_dp))
+    if fewer >= most:
+        return ""
+    return f" (with --ckpt-fully-parallel-load-process-group ep_dp: {_size(fewer) if fewer else 'none'})"
+
+
+def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
+    m, tr, prec = config.model, config.training, config.precision
+    attention = f"{m.num_attention_heads} heads"
+    if m.mla is not None:
+        attention += ", multi-latent attention"
+    elif m.num_query_groups != m.num_attention_heads:
+        attention += f", {m.num_query_groups} query groups"
+    rows = [
+        ("model", f"{m.num_layers} layers, hidden {m.hidden_size}, ffn {m.ffn_hidden_size}, {attention}"),
+        ("vocabulary", f"{m.padded_vocab_size} ({m.vocab_source})"),
+        ("batch", f"micro {tr.micro_batch_size} x seq {tr.seq_length}, global {tr.global_batch_size} "
+                  f"({tr.num_microbatches} microbatches per step)"),
+        ("precision", f"{prec.params_dtype} params, {prec.main_grads_dtype} grads, {prec.optimizer}"
+                      + (", distributed optimizer" if prec.use_distributed_optimizer else "")),
+    ]
+    if m.moe is not None:
+        rows.insert(1, ("experts", f"{m.moe.num_experts} experts, top-{m.moe.router_topk}, "
+                                   f"ffn {m.moe.ffn_hidden_size}, {sum(m.moe.layer_pattern)} MoE layers"))
+    return tuple(rows)
+
+
+def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str],
+                stages: tuple[StageEstimate, ...] = ()) -> tuple[Assumption, ...]:
+    k = config.kernels
+    cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                                   bool(config.namespace.get("deterministic_mode")))
+    attention = f"attention kernel: {k.attention_backend} ({k.attention_backend_source})"
+    if (k.transformer_impl == "transformer_engine" and k.attention_backend in ("flash", "fused")
+            and is_deterministic(config.namespace, environ) and overheads.compute_capability < 9.0):
+        # config.deterministic_fallback: deterministic training disables cuDNN fused attention
+        # before sm90, and flash-attn below 2.4.1.
+        attention += ("; deterministic mode on this GPU assumes flash-attn >= 2.4.1 in the job's "
+                      "software stack; without it Transformer Engine falls back to unfused attention "
+                      "(s^2 memory): say --flash-attn none")
+    items = [
+        Assumption("attention_backend", attention, k.attention_backend),
+        Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
+                   + (" (interleaved)" if config.parallel.vpp else "")),
+        Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
+                   f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}"
+                   + (" (and one per grouped-GEMM stream)" if te_grouped_gemm(config) else "")
+                   + (" (and three for the TP-overlap GEMMs)" if config.namespace.get("tp_comm_overlap") else ""),
+                   cublas),
+        Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "
+                   "outside the allocator", overheads.cuda_context_bytes),
+        Assumption("nccl_buffers", f"NCCL buffers {overheads.nccl_bytes_per_communicator / MiB:g} MiB per "
+                   f"communicator ({', '.join(communicators(config.parallel, config.model.moe is not None)) or 'none'})",
+                   overheads.nccl_bytes_per_communicator),
+        Assumption("fragmentation", f"allocator fragmentation {overheads.fragmentation:.0%} of allocated memory",
+                   overheads.fragmentation),
+    ]
+    if config.precision.optimizer in ("soap", "adaptive_muon"):
+        items.append(Assumption("optimizer", f"--optimizer {config.precision.optimizer}: its states are "
+                                "counted as Adam's (preconditioners not modelled)"))
+    if config.model.moe is not None:
+        imbalance = overheads.routing_imbalance
+        items.append(Assumption(
+            "routing", "MoE tokens spread evenly over the expert ranks"
+            + (f"; the imbalanced peak assumes the hottest rank receives {imbalance:.0%} more"
+               if imbalance else " (set --routing-imbalance for a hot-rank margin)"), imbalance))
+    resume_note = config.namespace.get("_resume_note")
+    if resume_note:
+        load = resume_load(config)
+        text = resume_note + (f"; {load.why}" if load is not None else "")
+        buffers = [(dict(s.details).get("checkpoint_load_buffers", 0), s.pipeline_rank) for s in stages]
+        most, rank = max(buffers, default=(0, 0))
+        if load is not None and load.exchanges:
+            text += (f": {_size(most)} on stage {rank}" + _ep_dp_hint(config, most) if most else ": none here (every shard "
+                     "its group exchanges is one this rank holds)")
+        items.append(Assumption("resume", text, bool(config.namespace.get("_resuming"))))
+    if config.namespace.get("tp_comm_overlap"):
+        items.append(Assumption("not_modelled", "--tp-comm-overlap: the GEMM workspaces it adds are counted; "
+                                "Transformer Engine's userbuffers are allocated outside PyTorch's allocator and "
+                                "are not in the device peak"))
+    for note in config.notes:
+        items.append(Assumption("megatron_derived", note))
+    from megatron_estimator.megatron.flag_effects import memory_assumptions
+
+    values = {dest: config.namespace.get(dest) for dest in config.given}
+    for flag, text in memory_assumptions(config.given, values):
+        items.append(Assumption("not_modelled", f"{flag}: {text}"))
+    return tuple(items)

@@ -1,0 +1,302 @@
+"""Model states: weights, gradients and optimizer states on one GPU of a pipeline stage.
+
+Sources (Megatron-LM):
+- megatron/core/distributed/distributed_data_parallel.py: one set of contiguous buffers per
+  model chunk, split into dense and expert-parallel buffers; bucket size
+  ``max(40M, 1M x dp)`` elements with --overlap-grad-reduce, one bucket otherwise.
+- megatron/core/optimizer/distrib_optimizer.py ``_compute_per_buffer_param_layout`` and
+  megatron/core/optimizer/param_layout.py: with the distributed optimizer, parameters are
+  laid out in reverse order, each starting on a 64-element boundary; every bucket ends on a
+  multiple of ``lcm(dp_shard, 128)``; a shared (tied) embedding gets a bucket of its own.
+- megatron/core/distributed/param_and_grad_buffer.py: the grad buffer holds every local
+  parameter in the main-grads dtype (fp32 unless --grad-reduce-in-bf16); with the
+  distributed optimizer the parameters live in a param buffer of the same layout.
+- megatron/core/optimizer/optimizer.py ``Float16OptimizerWithFloat16Params`` and
+  distrib_optimizer.py: an fp32 master copy of each (shard of a) 16-bit parameter; Adam keeps
+  exp_avg and exp_avg_sq in fp32 (precision-aware optimizer: in --exp-avg-dtype /
+  --exp-avg-sq-dtype); SGD keeps one momentum buffer.
+The distributed optimizer shards master params and optimizer states over the data-parallel
+x context-parallel group (divided by --num-distributed-optimizer-instances) for dense
+parameters and over the expert data-parallel group for expert parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from megatron_estimator.config.typed import EstimatorConfig
+from megatron_estimator.model.parameters import ParamTensor
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    weights: int
+    gradients: int
+    optimizer_states: int
+    master_params: int         # part of optimizer_states
+    optimizer_moments: int     # part of optimizer_states
+    padded_elements: int       # buffer padding added by the distributed optimizer layout
+    fp8_weight_copies: int = 0 # part of weights: Transformer Engine's fp8 weight copies
+    fsdp_transient: int = 0    # Megatron-FSDP: FSDP-unit parameters all-gathered at the backward
+
+
+def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard: int,
+                  padded: bool, shared_embedding: bool) -> int:
+    """Elements of one contiguous param/grad buffer, padded as the distributed optimizer pads it."""
+    if not padded:
+        return sum(t.numel for t in tensors)
+    divisor = math.lcm(dp_shard, 128)
+
+    def pad_end(index: int) -> int:
+        return -(-index // divisor) * divisor
+
+    start = bucket_start = 0
+    bucket_has_params = False
+    end = 0
+    for tensor in reversed(tensors):
+        start = -(-start // 64) * 64
+        own_bucket = shared_embedding and tensor.name in ("embedding.word_embeddings.weight",
+                                                          "output_layer.weight")
+        if own_bucket and bucket_has_params:
+            bucket_start = pad_end(start)
+            start = bucket_start
+            bucket_has_params = False
+        end = start + tensor.numel
+        bucket_has_params = True
+        if (bucket_size is not None and end - bucket_start >= bucket_size) or own_bucket:
+            bucket_start = pad_end(end)
+            start = bucket_start
+            bucket_has_params = False
+        else:
+            start = end
+    if bucket_has_params:
+        return pad_end(end)
+    return bucket_start
+
+
+def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]]) -> ModelStates:
+    """Model states of one GPU holding these model chunks (one tensor list per chunk)."""
+    prec = config.precision
+    p = config.parallel
+    param_bytes = DTYPE_BYTES[prec.params_dtype]
+    grad_bytes = DTYPE_BYTES[prec.main_grads_dtype]
+    # Emerging optimizers (Muon) with --use-distributed-optimizer run Megatron's
+    # LayerWiseDistributedOptimizer instead (megatron/training/arguments.py validate_args).
+    # With its param layout (the default), megatron/training/training.py
+    # wrap_model_chunks_with_ddp turns DDP's distributed-optimizer buffers back on and every
+    # parameter's states live on one data-parallel rank (whole-parameter shards, modelled as
+    # an even split); with --no-use-layer-wise-param-layout DDP keeps full buffers and whole
+    # parameters are dealt out ping-pong (``_layer_wise_ping_pong_bytes``).
+    layer_wise = bool(config.namespace.get("use_layer_wise_distributed_optimizer"))
+    ping_pong = layer_wise and not config.namespace.get("use_layer_wise_param_layout", True)
+    distributed = (prec.use_distributed_optimizer or prec.use_megatron_fsdp
+                   or (layer_wise and not ping_pong))
+    instances = max(prec.num_distributed_optimizer_instances, 1)
+    dense_shard = max(p.dp * p.cp // instances, 1)
+    expert_shard = max(p.edp // instances, 1)
+    bucket_size = None
+    if prec.overlap_grad_reduce:
+        bucket_size = prec.ddp_bucket_size or max(40_000_000, 1_000_000 * p.dp * p.cp)
+    shared_embedding = (not config.model.untie_embeddings_and_output_weights) and p.pp > 1
+    fsdp = prec.data_parallel_sharding_strategy if prec.use_megatron_fsdp else None
+
+    weights = gradients = master = moments = padding = fp8_copies = 0
+    unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
+    master_bytes = master_param_bytes(config)
+    for tensors in chunks_tensors:
+        for expert in (False, True):
+            group = [t for t in tensors if t.expert == expert]
+            if not group:
+                continue
+            numel = sum(t.numel for t in group)
+            shard = expert_shard if expert else dense_shard
+            buffer = _buffer_numel(group, bucket_size, shard, distributed, shared_embedding and not expert)
+            padding += buffer - numel
+            fp8_numel = sum(t.numel for t in group if t.kind == "linear") if prec.fp8 else 0
+            group_param_bytes = buffer * param_bytes
+            if prec.fp8 and prec.fp8_param_gather:
+                # --fp8-param-gather: the linear weights themselves are fp8 (1 B) in the buffer.
+                group_param_bytes -= fp8_numel * (param_bytes - 1)
+            group_grad_bytes = buffer * grad_bytes
+            if fsdp in ("optim_grads", "optim_grads_params"):
+                group_grad_bytes //= shard
+            if fsdp == "optim_grads_params":
+                group_param_bytes //= shard
+                # Parameters outside the FSDP units are never resharded: their all-gathered
+                # (unsharded) compute-dtype copy stays allocated beside the shard.
+                group_param_bytes += _param_bytes(config, [t for t in group if not _fsdp_unit(t)])
+                unit_param_bytes += _param_bytes(config, [t for t in group if _fsdp_unit(t)])
+            if not distributed:
+                group_param_bytes = numel * param_bytes
+            weights += group_param_bytes
+            gradients += group_grad_bytes
+            fp8_copies += _fp8_copy_bytes(config, fp8_numel)
+            fp8_copies += fp8_scaling_state_bytes(config, sum(1 for t in group if t.kind == "linear")) if prec.fp8 else 0
+            local = numel / shard if distributed else numel
+            master += int(local * master_bytes)
+            moments += int(sum(t.numel * moment_bytes(config, t) for t in group) / (shard if distributed else 1))
+    if ping_pong:
+        master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
+                                                      master_bytes, dense_shard, expert_shard)
+    offload = prec.optimizer_offload_fraction if prec.optimizer_cpu_offload else 0.0
+    master = int(master * (1 - offload))
+    moments = int(moments * (1 - offload))
+    transient = 0
+    if fsdp == "optim_grads_params":
+        # Megatron-FSDP (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+        # _init_fsdp_param_and_grad_buffer): without --suggested-communication-unit-size the
+        # communication unit is max(1e9, 2 x mean unit size) elements, so all-gathers prefetch
+        # up to 5e8 elements ahead (param_and_grad_buffer.py AllGatherPipeline.all_gather_params).
+        # The forward releases each unit after use, but the first unit's pre-backward hook
+        # all-gathers every remaining unit of the chunk while the saved activations are still
+        # alive: the stage's unit parameters, unsharded in the compute dtype (fp8 weights 1 B).
+        prefetch = int(5e8) * param_bytes
+        transient = min(unit_param_bytes, prefetch + unit_param_bytes // max(_unit_count(chunks_tensors), 1))
+    return ModelStates(weights + fp8_copies, gradients, master + moments, master, moments, padding,
+                       fp8_copies, transient)
+
+
+def _fsdp_unit(tensor: ParamTensor) -> bool:
+    """Whether Megatron-FSDP shards this parameter as part of an FSDP unit: the adapter makes
+    TransformerLayer / MoETransformerLayer the unit modules (megatron/core/distributed/fsdp/
+    mcore_fsdp_adapter.py); embeddings, the output layer, final norms and the MTP glue
+    (enorm, hnorm, eh_proj) are outside every unit."""
+    return tensor.name.startswith("decoder.layers.") or ".transformer_layer." in tensor.name
+
+
+def _unit_count(chunks_tensors: list[list[ParamTensor]]) -> int:
+    units = set()
+    for tensors in chunks_tensors:
+        for t in tensors:
+            if _fsdp_unit(t):
+                units.add(t.name.split(".transformer_layer.")[0] if ".transformer_layer." in t.name
+                          else ".".join(t.name.split(".")[:3]))
+    return len(units)
+
+
+def _param_bytes(config: EstimatorConfig, tensors: list[ParamTensor]) -> int:
+    """Compute-dtype bytes of these parameters unsharded; with --fp8-param-gather the linear
+    weights are fp8 (1 B) in Megatron-FSDP's model-weight buffer."""
+    prec = config.precision
+    total = 0
+    for t in tensors:
+        fp8 = prec.fp8 and prec.fp8_param_gather and t.kind == "linear"
+        total += t.numel * (1 if fp8 else DTYPE_BYTES[prec.params_dtype])
+    return total
+
+
+def _fp8_copy_bytes(config: EstimatorConfig, fp8_numel: int) -> int:
+    """Transformer Engine's fp8 copies of the GEMM weights, cached across microbatches
+    (transformer_engine/pytorch/module/base.py weight workspaces): a row-wise copy and a
+    column-wise (transposed) one, 1 byte each; MXFP8 adds one 1-byte scale per 32 elements
+    per copy.  With --fp8-param-gather the weight is already fp8 and only the transpose is
+    extra."""
+    prec = config.precision
+    if not prec.fp8 or not fp8_numel:
+        return 0
+    per_copy = fp8_numel + (fp8_numel // 32 if prec.fp8_recipe == "mxfp8" else 0)
+    copies = 1 if prec.fp8_param_gather else 2
+    return copies * per_copy
+
+
+def fp8_scaling_state_bytes(config: EstimatorConfig, fp8_gemms: int) -> int:
+    """Delayed scaling keeps, per fp8 GEMM, an amax history of --fp8-amax-history-len and a
+    scale for its input, weight and gradient, in fp32 (transformer_engine/pytorch/fp8.py)."""
+    prec = config.precision
+    if not prec.fp8 or prec.fp8_recipe != "delayed":
+        return 0
+    history = config.namespace.get("fp8_amax_history_len") or 1
+    return fp8_gemms * 3 * (history + 2) * 4
+
+
+def shards_optimizer_states(ns) -> bool:
+    """Whether a derived namespace shards optimizer states over data parallelism: the
+    distributed optimizer, or the layer-wise one emerging optimizers (Muon) run instead."""
+    return bool(ns.get("use_distributed_optimizer") or ns.get("use_layer_wise_distributed_optimizer"))
+
+
+def with_distributed_optimizer(config: EstimatorConfig, do: bool) -> EstimatorConfig:
+    """``config`` with --use-distributed-optimizer on or off, as validate_args applies it:
+    emerging optimizers (not adam or sgd) get the layer-wise distributed optimizer instead."""
+    from dataclasses import replace
+
+    if config.precision.optimizer in ("adam", "sgd"):
+        if config.precision.use_distributed_optimizer == do:
+            return config
+        return replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
+    if bool(config.namespace.get("use_layer_wise_distributed_optimizer")) == do \
+            and not config.precision.use_distributed_optimizer:
+        return config
+    namespace = dict(config.namespace)
+    namespace["use_layer_wise_distributed_optimizer"] = do
+    return replace(config, precision=replace(config.precision, use_distributed_optimizer=False),
+                   namespace=namespace)
+
+
+def _layer_wise_ping_pong_bytes(config: EstimatorConfig, tensors: list[ParamTensor], master_bytes: float,
+                                dense_shard: int, expert_shard: int) -> tuple[int, int]:
+    """(master, moment) bytes of the fullest data-parallel rank under the legacy layer-wise
+    distributed optimizer (--no-use-layer-wise-param-layout).
+
+    megatron/core/optimizer/layer_wise_optimizer.py ``_shard_params_ping_pong``: every
+    parameter of the stage (Muon's matrices and the Adam-managed embeddings, norms and biases
+    alike) is sorted by numel and dealt whole to the ranks of the dp x cp group (expert
+    parameters: the expert data-parallel group) in the order 0..n-1, n-1..0; each rank keeps
+    fp32 master copies (Float16OptimizerWithFloat16Params wraps the optimizers after
+    sharding) and optimizer states for its own parameters only.  One rank therefore holds a
+    whole embedding's states.  The largest rank is returned (the stage's device peak; the
+    last data-parallel rank is not always it)."""
+    per_rank_master: dict[tuple[bool, int], float] = {}
+    per_rank_moments: dict[tuple[bool, int], float] = {}
+    for expert, size in ((False, dense_shard), (True, expert_shard)):
+        loop = list(range(size)) + list(range(size))[::-1]
+        group = sorted((t for t in tensors if t.expert == expert), key=lambda t: t.numel)
+        for index, tensor in enumerate(group):
+            rank = loop[index % len(loop)]
+            per_rank_master[expert, rank] = per_rank_master.get((expert, rank), 0) + tensor.numel * master_bytes
+            per_rank_moments[expert, rank] = (per_rank_moments.get((expert, rank), 0)
+                                              + tensor.numel * moment_bytes(config, tensor))
+    master = moments = 0
+    for expert, size in ((False, dense_shard), (True, expert_shard)):
+        ranks = range(size)
+        fullest = max(ranks, key=lambda r: per_rank_master.get((expert, r), 0) + per_rank_moments.get((expert, r), 0))
+        master += int(per_rank_master.get((expert, fullest), 0))
+        moments += int(per_rank_moments.get((expert, fullest), 0))
+    return master, moments
+
+
+def master_param_bytes(config: EstimatorConfig) -> float:
+    """fp32 master copy per (sharded) parameter of a 16-bit model; none for fp32 training.
+    The precision-aware optimizer keeps --main-params-dtype, and for bf16 params with fp32
+    main params only the 16-bit remainder (optimizer_config.py store_param_remainders, on by
+    default)."""
+    prec = config.precision
+    if prec.params_dtype == "fp32":
+        return 0
+    if prec.use_precision_aware_optimizer:
+        if prec.params_dtype == "bf16" and prec.main_params_dtype == "fp32":
+            return 2
+        return DTYPE_BYTES[prec.main_params_dtype]
+    return 4
+
+
+def moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
+    """Optimizer state bytes per parameter (megatron/core/optimizer/__init__.py):
+    Adam exp_avg + exp_avg_sq; SGD one momentum buffer (none with --sgd-momentum 0); Lion one
+    exp_avg; Muon one momentum buffer for 2-D hidden weights and Adam for the rest
+    (embeddings, output layer, norms, biases).  Muon takes every 2-D parameter that is not
+    an embedding or output weight (megatron/core/optimizer/emerging_optimizers.py
+    ``_is_nonlinear_or_embedding``), the MoE router's [E, h] weight included."""
+    prec = config.precision
+    adam = (DTYPE_BYTES[prec.exp_avg_dtype] + DTYPE_BYTES[prec.exp_avg_sq_dtype]
+            if prec.use_precision_aware_optimizer else 8)
+    if prec.optimizer == "sgd":
+        return 4 if (config.namespace.get("sgd_momentum") or 0) > 0 else 0
+    if prec.optimizer == "lion":
+        return 4
+    if prec.optimizer in ("muon", "dist_muon", "adaptive_muon"):
+        return 4 if tensor.kind in ("linear", "router") else adam
+    return adam

@@ -1,0 +1,171 @@
+"""Rendering verdicts: text for a terminal, JSON for machines, markdown for reviews.
+
+Renderers read ``results.Verdict`` objects and never compute memory.  The JSON layout is
+the contract described by ``schemas/report.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict
+
+GiB = 1 << 30
+
+
+def gib(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / GiB:.2f}"
+
+
+def _layer_span(indices: tuple[int, ...]) -> str:
+    if not indices:
+        return "-"
+    spans, start, prev = [], indices[0], indices[0]
+    for i in indices[1:]:
+        if i == prev + 1:
+            prev = i
+            continue
+        spans.append((start, prev))
+        start = prev = i
+    spans.append((start, prev))
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _parallel_line(estimate: Estimate) -> str:
+    p = estimate.parallelism
+    parts = [f"{k} {p[k] if p[k] is not None else '-'}" for k in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "edp")]
+    return " | ".join(parts)
+
+
+COLUMNS = ("stage", "layers", "params", "weights", "grads", "optim", "activ", "other", "peak", "headroom")
+
+
+def _stage_row(stage: StageEstimate, peak_rank: int) -> list[str]:
+    b = stage.bytes
+    marker = "*" if stage.pipeline_rank == peak_rank else " "
+    return [
+        f"{marker}{stage.pipeline_rank}",
+        f"{stage.layers} ({_layer_span(stage.layer_indices)})",
+        f"{stage.parameters / 1e9:.3f}B" if stage.parameters >= 1e8 else f"{stage.parameters / 1e6:.2f}M",
+        gib(b.weights), gib(b.gradients), gib(b.optimizer_states), gib(b.activations), gib(b.other),
+        gib(stage.device_peak_bytes), gib(stage.headroom_bytes),
+    ]
+
+
+def _table(rows: list[list[str]], header: Sequence[str]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [list(header)] + rows) for i in range(len(header))]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    for row in rows:
+        lines.append("  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return lines
+
+
+def render_text(verdicts: Sequence[Verdict]) -> str:
+    blocks = [_text_block(v) for v in verdicts]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _text_block(verdict: Verdict) -> str:
+    lines = [f"{verdict.source}:"]
+    if verdict.estimate is None:
+        lines.append(f"  invalid input, {len(verdict.problems)} problem{'s' if len(verdict.problems) != 1 else ''}:")
+        for problem in verdict.problems:
+            lines.append(f"  error: {problem.location}: {problem.message} [{problem.code}]")
+        return "\n".join(lines)
+    e = verdict.estimate
+    lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
+    for key, text in e.model_summary:
+        lines.append(f"  {key}: {text}")
+    lines.append(f"  parameters: {e.total_parameters:,}")
+    if e.budget_bytes is not None:
+        lines.append(f"  budget: {gib(e.budget_bytes)} GiB per GPU ({e.budget_source})")
+    else:
+        lines.append("  budget: none given (report only)")
+    lines.append("")
+    peak = e.peak_stage
+    rows = [_stage_row(s, peak.pipeline_rank) for s in e.stages]
+    header = list(COLUMNS)
+    lines += ["  " + line for line in _table(rows, header)]
+    lines.append("  GiB per GPU; * marks the peak stage; peak = allocated + CUDA context, NCCL buffers, fragmentation")
+    lines.append(f"  peak stage {peak.pipeline_rank}: allocated {gib(peak.allocated_peak_bytes)} GiB "
+                 f"(torch.cuda.max_memory_allocated), device {gib(peak.device_peak_bytes)} GiB; {peak.peak_moment}")
+    if any(s.imbalanced_peak_bytes for s in e.stages):
+        worst = max(s.imbalanced_peak_bytes or 0 for s in e.stages)
+        lines.append(f"  with the routing imbalance margin the peak is {gib(worst)} GiB")
+    lines.append("")
+    lines.append("  assumptions:")
+    for a in e.assumptions:
+        lines.append(f"  - {a.text}")
+    if e.fits is None:
+        lines.append(f"  verdict: peak {gib(peak.device_peak_bytes)} GiB on stage {peak.pipeline_rank} (no budget given)")
+    elif e.fits:
+        lines.append(f"  verdict: FITS: peak {gib(peak.device_peak_bytes)} GiB on stage {peak.pipeline_rank}, "
+                     f"{gib(peak.headroom_bytes)} GiB headroom")
+    else:
+        over = [s for s in e.stages if s.fits is False]
+        lines.append(f"  verdict: OVER BUDGET on {len(over)} of {len(e.stages)} stage(s): stage "
+                     f"{peak.pipeline_rank} needs {gib(peak.device_peak_bytes)} GiB of {gib(e.budget_bytes)} GiB "
+                     f"({gib(-peak.headroom_bytes)} GiB over)")
+    return "\n".join(lines)
+
+
+def verdict_to_json(verdict: Verdict) -> dict:
+    e = verdict.estimate
+    doc = {
+        "source": verdict.source,
+        "status": verdict.status,
+        "budget_bytes": e.budget_bytes if e else None,
+        "world_size": e.world_size if e else None,
+        "world_size_source": e.world_size_source if e else None,
+        "parallelism": dict(e.parallelism) if e else None,
+        "stages": [s.to_json() for s in e.stages] if e else [],
+        "peak_stage": e.peak_stage.pipeline_rank if e else None,
+        "total_parameters": e.total_parameters if e else None,
+        "problems": [p.to_json() for p in verdict.problems],
+        "assumptions": [a.to_json() for a in e.assumptions] if e else [],
+    }
+    return doc
+
+
+def render_json(verdicts: Sequence[Verdict]) -> str:
+    if len(verdicts) == 1:
+        return json.dumps(verdict_to_json(verdicts[0]), indent=2) + "\n"
+    return json.dumps({"results": [verdict_to_json(v) for v in verdicts]}, indent=2) + "\n"
+
+
+def render_markdown(verdicts: Sequence[Verdict]) -> str:
+    out = []
+    for v in verdicts:
+        out.append(f"### {v.source}: {v.status.replace('_', ' ')}")
+        out.append("")
+        if v.estimate is None:
+            for p in v.problems:
+                out.append(f"- `{p.location}`: {p.message} (`{p.code}`)")
+            out.append("")
+            continue
+        e = v.estimate
+        out.append(f"World size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}.")
+        if e.budget_bytes is not None:
+            out.append(f"Budget {gib(e.budget_bytes)} GiB per GPU ({e.budget_source}).")
+        out.append("")
+        peak = e.peak_stage
+        out.append("| " + " | ".join(COLUMNS) + " |")
+        out.append("|" + "---|" * len(COLUMNS))
+        for s in e.stages:
+            row = _stage_row(s, peak.pipeline_rank)
+            row[0] = f"**{row[0].strip('*')}**" if s.pipeline_rank == peak.pipeline_rank else row[0].strip()
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+        out.append("GiB per GPU; the peak stage is in bold.")
+        out.append("")
+        out.append("Assumptions:")
+        for a in e.assumptions:
+            out.append(f"- {a.text}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown}

@@ -1,1 +1,0 @@
-"""Validation: JSON Schema for types, ranges and choices; small functions for Megatron's cross-field rules."""
