@@ -280,7 +280,7 @@ def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
         if budget <= 0:
             raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget} bytes must be positive")])
         return budget, f"{budget} bytes"
-    from megatron_estimator.megatron.gpus import parse_bytes
+    from megatron_estimator.core.units import parse_bytes
 
     if isinstance(budget, bool) or not isinstance(budget, (str, float)):
         raise InvalidInput([Problem("invalid-budget", "budget",

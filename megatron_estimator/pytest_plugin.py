@@ -153,7 +153,7 @@ def _run_sources(config: pytest.Config) -> tuple[BudgetSource, ...]:
 def _bytes_source(value: Any, location: str, shown: str) -> BudgetSource:
     """``value`` as a budget (int bytes or text); raises InvalidInput naming ``location``."""
     from megatron_estimator.core.problems import InvalidInput, Problem
-    from megatron_estimator.megatron.gpus import parse_bytes
+    from megatron_estimator.core.units import parse_bytes
 
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidInput([Problem("invalid-budget", location, f"a budget is bytes as an int or text "

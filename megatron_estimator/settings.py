@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from megatron_estimator.config.typed import flash_attn_version_tuple
 from megatron_estimator.core.problems import InvalidInput, Problem
-from megatron_estimator.megatron.gpus import GpuSpec, MiB, format_bytes, lookup_gpu, parse_bytes
+from megatron_estimator.core.units import MiB, byte_size, format_bytes
+from megatron_estimator.megatron.gpus import GpuSpec, lookup_gpu
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
 # Variables in our namespace that are not settings: the CLI's traceback switch.
@@ -67,10 +68,7 @@ def _budget(raw: Any) -> int:
 
 
 def _bytes(raw: Any) -> int:
-    try:
-        return parse_bytes(raw)
-    except InvalidInput as error:
-        raise ValueError(error.problems[0].message) from None
+    return byte_size(raw)
 
 
 def _gpu(raw: Any) -> GpuSpec:

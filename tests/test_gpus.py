@@ -1,13 +1,14 @@
-"""The GPU catalog, GPU name lookup, and byte quantities (megatron_estimator/gpus.py)."""
+"""The GPU catalog, GPU name lookup (megatron_estimator/megatron/gpus.py), and byte quantities
+(megatron_estimator/core/units.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from megatron_estimator.core.problems import InvalidInput
+from megatron_estimator.core.units import GiB, MiB, TiB, format_bytes, parse_bytes
 from megatron_estimator.megatron.gpus import (
-    CUDA_REPORTED, GPUS, GiB, MEMORY_FIGURES, MiB, NVIDIA_SMI, OOM_MESSAGE, TiB,
-    find_gpu, format_bytes, gpu_names, lookup_gpu, parse_bytes,
+    CUDA_REPORTED, GPUS, MEMORY_FIGURES, NVIDIA_SMI, OOM_MESSAGE, find_gpu, gpu_names, lookup_gpu,
 )
 
 

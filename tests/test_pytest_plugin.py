@@ -15,7 +15,8 @@ import pytest
 
 from megatron_estimator import api
 from megatron_estimator.core.problems import InvalidInput
-from megatron_estimator.megatron.gpus import find_gpu, parse_bytes
+from megatron_estimator.core.units import parse_bytes
+from megatron_estimator.megatron.gpus import find_gpu
 from megatron_estimator.model.overhead import Overheads
 from megatron_estimator.report.text import render_text
 from megatron_estimator.results.estimate import Verdict

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from megatron_estimator.megatron.gpus import GiB, MiB, gpu_names, lookup_gpu
+from megatron_estimator.core.units import GiB, MiB
+from megatron_estimator.megatron.gpus import gpu_names, lookup_gpu
 from megatron_estimator.settings import (
     SETTINGS, default_settings, find_config_file, load_settings, settings_help, setting_keys,
 )

@@ -18,8 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-MiB = 1 << 20
-GiB = 1 << 30
+from megatron_estimator.core.units import MiB
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,16 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
+from megatron_estimator.core.units import GiB, MiB
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
 from megatron_estimator.results.estimate import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
-from megatron_estimator.model.overhead import GiB, Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
+from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count
 from megatron_estimator.model.states import model_states
 
-MiB = 1 << 20
 
 
 def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:

@@ -1659,7 +1659,8 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     ``verify`` each is re-estimated through ``api.evaluate`` (its ``estimate``), and its figures
     must agree.  Raises InvalidInput with every problem of the input; a plan where nothing
     fits has ``fitting == 0``."""
-    from megatron_estimator.megatron.gpus import lookup_gpu, parse_bytes
+    from megatron_estimator.core.units import parse_bytes
+    from megatron_estimator.megatron.gpus import lookup_gpu
     from megatron_estimator.model.overhead import Overheads
 
     started = time.perf_counter()

@@ -18,16 +18,11 @@ import shlex
 from typing import Sequence
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.units import gib
 from megatron_estimator.planner.search import PROXY_FORMULA, Candidate, Plan
-
-GiB = 1 << 30
 
 COLUMNS = ("#", "tp", "pp", "vpp", "cp", "dp", "ep", "etp", "mbs", "M", "sp", "recompute", "dist-opt",
            "peak GiB", "stage", "headroom", "step", "bubble", "recomp", "comm")
-
-
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f}"
 
 
 def _status(plan: Plan) -> str:
@@ -40,7 +35,7 @@ def _row(rank: int, c: Candidate) -> list[str]:
         str(rank), str(p.tp), str(p.pp), str(p.vpp or "-"), str(p.cp), str(p.dp), str(p.ep), str(p.etp),
         str(c.micro_batch_size), str(c.num_microbatches), "on" if c.sequence_parallel else "off",
         c.recompute.label, "on" if c.distributed_optimizer else "off",
-        _gib(c.device_peak_bytes), str(c.peak_stage), _gib(c.headroom_bytes),
+        gib(c.device_peak_bytes), str(c.peak_stage), gib(c.headroom_bytes),
         f"{x.step:.3f}", f"{x.bubble:.3f}", f"{x.recompute:.3f}",
         f"{x.tp_comm + x.cp_comm + x.ep_comm + x.dp_comm:.3f}",
     ]
@@ -62,7 +57,7 @@ def _command(tokens: Sequence[str]) -> str:
 def _summary(plan: Plan) -> list[str]:
     lines = [
         f"plan for {plan.source}: {plan.world_size} GPUs, global batch {plan.global_batch_size}, "
-        f"budget {_gib(plan.budget_bytes)} GiB per GPU ({plan.budget_source})",
+        f"budget {gib(plan.budget_bytes)} GiB per GPU ({plan.budget_source})",
         f"searched {plan.searched:,} layouts in {plan.seconds:.2f} s: {plan.valid:,} pass Megatron's checks, "
         f"{plan.fitting:,} fit",
     ]
@@ -77,7 +72,7 @@ def render_text(plan: Plan) -> str:
         lines.append(f"note: {note}")
     lines.append("")
     if not plan.candidates:
-        lines.append(f"no layout fits in {_gib(plan.budget_bytes)} GiB: add GPUs, raise the budget or shrink "
+        lines.append(f"no layout fits in {gib(plan.budget_bytes)} GiB: add GPUs, raise the budget or shrink "
                      "the model or the sequence")
         return "\n".join(lines) + "\n"
     lines += _table([_row(i, c) for i, c in enumerate(plan.candidates, 1)])

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from megatron_estimator.core import units
 from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict
 
-GiB = 1 << 30
 
 
 def gib(n: int | None) -> str:
-    if n is None:
-        return "-"
-    return f"{n / GiB:.2f}"
+    """``"79.18"`` (GiB), or ``"-"`` for a figure that is not there."""
+    return "-" if n is None else units.gib(n)
 
 
 def _layer_span(indices: tuple[int, ...]) -> str:
