@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from megatron_estimator.config.typed import flash_attn_version_tuple
+from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.core.units import MiB, byte_size, format_bytes
 from megatron_estimator.megatron.gpus import GpuSpec, lookup_gpu
@@ -73,7 +74,7 @@ def _bytes(raw: Any) -> int:
 
 def _gpu(raw: Any) -> GpuSpec:
     if not isinstance(raw, str):
-        raise ValueError(f"must name a GPU, such as h100, not {_describe(raw)}")
+        raise ValueError(f"must name a GPU, such as h100, not {describe_value(raw, TOML)}")
     try:
         return lookup_gpu(raw)
     except InvalidInput as error:
@@ -86,12 +87,12 @@ def _format(raw: Any) -> str:
     from megatron_estimator.core.hints import did_you_mean
 
     hint = did_you_mean(raw, FORMATS) if isinstance(raw, str) else ""
-    raise ValueError(f"must be one of {', '.join(FORMATS)}, not {_describe(raw)}{hint}")
+    raise ValueError(f"must be one of {', '.join(FORMATS)}, not {describe_value(raw, TOML)}{hint}")
 
 
 def _fraction(raw: Any, upper: float | None) -> float:
     if isinstance(raw, bool):
-        raise ValueError(f"must be a fraction such as 0.05 or 5%, not {_describe(raw)}")
+        raise ValueError(f"must be a fraction such as 0.05 or 5%, not {describe_value(raw, TOML)}")
     if isinstance(raw, (int, float)):
         value = float(raw)
     elif isinstance(raw, str):
@@ -102,15 +103,15 @@ def _fraction(raw: Any, upper: float | None) -> float:
         try:
             value = float(text) * scale
         except ValueError:
-            raise ValueError(f"must be a fraction such as 0.05 or 5%, not {_describe(raw)}") from None
+            raise ValueError(f"must be a fraction such as 0.05 or 5%, not {describe_value(raw, TOML)}") from None
     else:
-        raise ValueError(f"must be a fraction such as 0.05 or 5%, not {_describe(raw)}")
+        raise ValueError(f"must be a fraction such as 0.05 or 5%, not {describe_value(raw, TOML)}")
     if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"must be a finite fraction, not {_describe(raw)}")
+        raise ValueError(f"must be a finite fraction, not {describe_value(raw, TOML)}")
     if value < 0:
-        raise ValueError(f"cannot be negative ({_describe(raw)})")
+        raise ValueError(f"cannot be negative ({describe_value(raw, TOML)})")
     if upper is not None and value > upper:
-        raise ValueError(f"must be at most {upper:g} ({upper * 100:g}%), not {_describe(raw)}; "
+        raise ValueError(f"must be at most {upper:g} ({upper * 100:g}%), not {describe_value(raw, TOML)}; "
                          f"write 0.05 or 5% for five percent")
     return value
 
@@ -130,7 +131,7 @@ def _flash_attn(raw: Any) -> str:
         return "none"
     if text is not None and flash_attn_version_tuple(text) is not None:
         return text
-    raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {_describe(raw)}")
+    raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {describe_value(raw, TOML)}")
 
 
 def _resume(raw: Any) -> str:
@@ -142,7 +143,7 @@ def _resume(raw: Any) -> str:
         return "no"
     if text == "auto":
         return "auto"
-    raise ValueError(f"must be auto, yes or no, not {_describe(raw)}")
+    raise ValueError(f"must be auto, yes or no, not {describe_value(raw, TOML)}")
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -158,19 +159,7 @@ def _bool(raw: Any) -> bool:
             return True
         if folded in _FALSE:
             return False
-    raise ValueError(f"must be true or false (or 1/0, yes/no, on/off), not {_describe(raw)}")
-
-
-def _describe(raw: Any) -> str:
-    if isinstance(raw, bool):
-        return "the boolean " + ("true" if raw else "false")
-    if isinstance(raw, str):
-        return repr(raw)
-    if isinstance(raw, dict):
-        return "a table"
-    if isinstance(raw, list):
-        return "an array"
-    return f"{type(raw).__name__} {raw!r}"
+    raise ValueError(f"must be true or false (or 1/0, yes/no, on/off), not {describe_value(raw, TOML)}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -500,7 +489,7 @@ def _pyproject_table(path: str, problems: list[Problem]) -> ConfigFile | None:
     table = tool["megatron-estimator"]
     if not isinstance(table, dict):
         problems.append(Problem("invalid-setting", path,
-                                f"{TOOL_TABLE_NAME} must be a table of settings, not {_describe(table)}"))
+                                f"{TOOL_TABLE_NAME} must be a table of settings, not {describe_value(table, TOML)}"))
         return ConfigFile(path, True, {}, {})
     return ConfigFile(path, True, table, _key_lines(text, TOOL_TABLE))
 

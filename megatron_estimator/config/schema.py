@@ -10,6 +10,7 @@ import json
 from functools import lru_cache
 from typing import Any, Mapping
 
+from megatron_estimator.core.hints import PYTHON, describe_value
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.core.resources import schema_path
@@ -32,12 +33,6 @@ def _validator(name: str):
     schema = load_schema(name)
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    return json.dumps(value)
 
 
 _TYPES = {
@@ -107,19 +102,19 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: s
         if error.validator == "enum":
             choices = ", ".join(str(c) for c in error.validator_value if c is not None)
             problems.append(Problem("invalid-choice", location,
-                                    f"{_describe(value)} is not one of: {choices}"))
+                                    f"{describe_value(value, PYTHON)} is not one of: {choices}"))
         elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
                      "exclusiveMaximum": "<"}[error.validator]
             reason = properties.get(dest, {}).get("description") if error.validator == "maximum" else None
             problems.append(Problem("out-of-range", location,
-                                    f"{_describe(value)} is out of range: must be {bound} {error.validator_value}"
+                                    f"{describe_value(value, PYTHON)} is out of range: must be {bound} {error.validator_value}"
                                     + (f" ({reason})" if reason else "")))
         elif error.validator == "type":
             expected = error.validator_value
             expected = " or ".join(t for t in expected if t != "null") if isinstance(expected, list) else expected
             problems.append(Problem("wrong-type", location,
-                                    f"{_describe(value)} has the wrong type: expected {expected}"))
+                                    f"{describe_value(value, PYTHON)} has the wrong type: expected {expected}"))
         else:
             problems.append(Problem("invalid-value", location, error.message))
     for dest in schema.get("required", ()):

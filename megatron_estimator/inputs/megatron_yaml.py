@@ -59,7 +59,7 @@ from typing import Any, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.core.hints import closest, describe_value as _describe, yaml_float_hint as _float_hint
+from megatron_estimator.core.hints import KIND_WORDS, closest, describe_value as _describe, yaml_float_hint as _float_hint
 from megatron_estimator.inputs.yamlpos import YamlNode, key_location, load_yaml_with_lines
 
 KEYS_PATH = Path(__file__).resolve().parents[1] / "data" / "megatron_yaml_keys.json"
@@ -544,8 +544,8 @@ def _given(node: YamlNode | None) -> bool:
     return node is not None and node.value is not None
 
 
-_KIND_TEXT = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-              "other": "a value"}
+_KIND_TEXT = {"int": KIND_WORDS["integer"], "float": KIND_WORDS["number"], "bool": KIND_WORDS["boolean"],
+              "str": KIND_WORDS["string"], "other": "a value"}
 
 
 def _has_kind(value: Any, kind: str) -> bool:

@@ -35,11 +35,10 @@ def load_preset(name: str) -> "HfImport":
     files = _preset_files()
     path = files.get(name)
     if path is None:
-        import difflib
+        from megatron_estimator.core.hints import did_you_mean
 
         names = sorted(files)
-        close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = did_you_mean(name, names)
         problem = Problem(
             "unknown-preset",
             name,

@@ -63,7 +63,9 @@ from typing import Any
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.core.hints import describe_value as _describe, did_you_mean, yaml_float_hint as _float_hint
+from megatron_estimator.core.hints import (
+    describe_value as _describe, did_you_mean, expected_kind as _expected, yaml_float_hint as _float_hint,
+)
 from megatron_estimator.inputs.yamlpos import YamlNode, key_location, load_yaml_with_lines
 
 _SCHEMA_NAME = "seed-config.schema.json"
@@ -283,15 +285,6 @@ def _node_at(root: YamlNode, path: tuple[str, ...]) -> YamlNode:
             break
         node = node.entries[part]
     return node
-
-
-def _expected(types) -> str:
-    names = {"integer": "an integer", "number": "a number", "boolean": "true or false",
-             "string": "a string", "object": "a mapping", "array": "a list", "null": "null"}
-    if isinstance(types, str):
-        return names.get(types, types)
-    real = [names.get(t, t) for t in types if t != "null"]
-    return " or ".join(real) + (" (or null)" if "null" in types else "")
 
 
 def _yaml_text(value: Any) -> str:

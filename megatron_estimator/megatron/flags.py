@@ -237,7 +237,7 @@ def closest_flags(option: str, n: int = 3) -> list[str]:
     ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first; otherwise difflib's
     similarity ratio, at least 0.6, decides.
     """
-    import difflib
+    from megatron_estimator.core.hints import close_matches
 
     table = flag_table()
     name = option.split("=", 1)[0]
@@ -246,7 +246,7 @@ def closest_flags(option: str, n: int = 3) -> list[str]:
     for candidate in (name, normalized):
         if candidate in table and candidate not in found:
             found.append(candidate)
-    for match in difflib.get_close_matches(normalized, table.option_strings(), n=n + len(found)):
+    for match in close_matches(normalized, table.option_strings(), n=n + len(found), fold_case=False):
         if match not in found:
             found.append(match)
     return found[:n]
@@ -628,10 +628,10 @@ def _choice_message(exc: FlagChoiceError) -> str:
     choices = ", ".join(str(c) for c in exc.choices)
     message = f"invalid choice {exc.value!r}; choose from {choices}"
     if isinstance(exc.value, str):
-        import difflib
-        close = difflib.get_close_matches(exc.value, [str(c) for c in exc.choices], n=1)
-        if close:
-            message += f" (did you mean {close[0]}?)"
+        from megatron_estimator.core.hints import closest
+        close = closest(exc.value, [str(c) for c in exc.choices], fold_case=False)
+        if close is not None:
+            message += f" (did you mean {close}?)"
     return message
 
 
