@@ -1,5 +1,6 @@
 """Every Megatron flag either changes the estimate, is a stated assumption, or is documented
-as not changing memory (megatron_estimator/flag_effects.py)."""
+as not changing memory (megatron_estimator/data/flag_effects.tsv, read by
+megatron_estimator/megatron/flag_effects.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_every_dest_of_the_flag_table_is_in_exactly_one_table():
     dests = flag_table().dests()
     assert len(dests) > 800            # the whole table, not a stub
     problems = _misclassified(dests)
-    assert not problems, ("classify these dests in megatron_estimator/flag_effects.py "
+    assert not problems, ("classify these dests in megatron_estimator/data/flag_effects.tsv "
                           "(read how Megatron uses each first):\n" + "\n".join(problems))
 
 
