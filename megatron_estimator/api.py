@@ -48,7 +48,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      locations: Sequence[str] | None = None, source: str = "command line"
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
 
     yaml_path = None
     if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):

@@ -140,7 +140,7 @@ def test_moe_routed_rows_scale_with_topk_and_capacity():
 # --- the attention kernel Transformer Engine picks in deterministic training -------------------
 
 def _kernel_and_layer(extra: str, environ: dict, capability: float | None, flash_attn: str | None):
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
 
     from conftest import flags

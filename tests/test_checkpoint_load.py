@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from megatron_estimator.megatron.flags import parse_megatron_argv
+from megatron_estimator.inputs.argv import parse_megatron_argv
 from megatron_estimator.model.layout import pipeline_stages
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.stage import estimate

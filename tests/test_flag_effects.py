@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from megatron_estimator.megatron import flag_effects as fe
-from megatron_estimator.megatron.flags import flag_table, parse_megatron_argv
+from megatron_estimator.inputs.argv import parse_megatron_argv
+from megatron_estimator.megatron.flags import flag_table
 
 PACKAGE = Path(fe.__file__).resolve().parents[1]
 SHARED_FLAGS = Path("/work/shared/megatron/flags.tsv")
