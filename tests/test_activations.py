@@ -62,11 +62,13 @@ def test_tensor_and_sequence_parallel():
     t = 2
     tp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2"), 0)
     sp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2 --sequence-parallel"), 0)
-    # TP splits attention and MLP; the norms and dropout stay whole unless sequence parallel.
-    assert tp.norms_and_dropout == layer_activations(resolve(TINY_GPT), 0).norms_and_dropout
-    assert sp.norms_and_dropout == tp.norms_and_dropout // t
-    assert tp.mlp == (2 * TOKENS * F + 2 * TOKENS * F) // t
-    assert sp.attention == tp.attention
+    # TP splits attention and MLP (column-parallel outputs, a/t heads per rank); the norms and
+    # dropout stay whole unless sequence parallel shards them along s (Korthikanti et al. 2022).
+    norms_and_dropout, _, mlp = flash_gpt_layer_parts()
+    assert tp.norms_and_dropout == norms_and_dropout
+    assert sp.norms_and_dropout == norms_and_dropout // t
+    assert tp.mlp == sp.mlp == mlp // t
+    assert tp.attention == sp.attention == 2 * TOKENS * 3 * H // t + 2 * TOKENS * H // t + 4 * B * (A // t) * S
 
 
 def test_context_parallel_divides_the_sequence():
