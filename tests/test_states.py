@@ -109,8 +109,36 @@ def test_expert_states_shard_over_expert_data_parallel():
     config = resolve(TINY_GPT, 8, extra=extra)
     assert (config.parallel.dp, config.parallel.edp) == (8, 2)
     params = count(chunk_tensors(config, pipeline_stages(config)[0].chunks[0]))
+    # By hand (tp 1, biases on): dense = word embeddings, positions, final LayerNorm and per layer
+    # two LayerNorms, qkv and proj with biases, and the router's E x h weight plus its E-sized
+    # bias (megatron/core/transformer/moe/router.py adds one under add_bias_linear); experts =
+    # 8 / ep 4 = 2 local experts per layer of fc1 h -> F and fc2 F -> h, with biases.
+    e = 8
+    dense = 1024 * _H + 32 * _H + 2 * _H + 4 * (2 * 2 * _H + (_H * 3 * _H + 3 * _H) + (_H * _H + _H) + (e * _H + e))
+    expert = 4 * (e // 4) * ((_H * _F + _F) + (_F * _H + _H))
+    assert (params.dense, params.expert) == (dense, expert)
     b = estimate(TINY_GPT, 8, extra).stages[0].bytes
-    assert b.optimizer_states == int(params.dense / 8 * 12) + int(params.expert / 2 * 12)
+    assert b.optimizer_states == int(dense / 8 * 12) + int(expert / 2 * 12)
+
+
+def test_expert_and_dense_counts_equal_a_megatron_core_build():
+    # The same MoE shape built by megatron-core 0.16.1 on the meta device (tests/mcore_reference.py),
+    # which also shows the router's bias under add_bias_linear.
+    ref = pytest.importorskip("mcore_reference")
+    ok, why = ref.megatron_core_available()
+    if not ok:
+        pytest.skip(f"megatron-core is not installed here: {why}")
+    [stage] = ref.reference_parameter_counts(dict(
+        num_layers=4, hidden_size=_H, num_attention_heads=4, ffn_hidden_size=_F, padded_vocab_size=1024,
+        max_position_embeddings=32, num_experts=8, moe_router_topk=2, expert_model_parallel_size=4))
+    assert ("decoder.layers.0.mlp.router.bias", 8) in [(t.name, t.numel) for t in stage.tensors]
+    from conftest import resolve
+    from megatron_estimator.model.layout import pipeline_stages
+    from megatron_estimator.model.parameters import chunk_tensors, count
+
+    config = resolve(TINY_GPT, 8, extra="--num-experts 8 --expert-model-parallel-size 4")
+    params = count(chunk_tensors(config, pipeline_stages(config)[0].chunks[0]))
+    assert (params.total, params.expert) == (stage.te_total, stage.expert_total)
 
 
 def test_fp8_keeps_weight_copies():
