@@ -8,18 +8,28 @@
 
 Invalid input raises ``megatron_estimator.InvalidInput`` carrying every problem.  The CLI,
 the pytest plugin and the planner are built on ``load_input`` and ``evaluate``.
+
+This module is the front's one door to the layers below (DEVELOPERS.md, "Layout"): the CLI,
+the settings and the pytest plugin import only it, ``report`` and ``core``.  What every front
+needs resolved the same way lives here once: the budget (``budget_bytes``), the world size
+(``world_size_for``), the overhead assumptions (``overheads_from_settings``), the GPU catalog
+(``lookup_gpu``) and the launch itself (``exec_launch``).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.results.estimate import Estimate, Verdict
+from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
+
+__all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
+           "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
+           "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
+           "flash_attn_version", "not_a_training_input", "exec_launch"]
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,8 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
+    from pathlib import Path
+
     from megatron_estimator.inputs.detect import detect_format
 
     name = str(path)
@@ -254,38 +266,149 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
              environ: Mapping[str, str] | None = None, overheads=None) -> Estimate:
     """Estimate per-stage memory; raises InvalidInput with every problem found."""
     argument_problems: list[Problem] = []
+    budget_source = None
     try:
-        budget_bytes, budget_source = _budget(budget)
+        if budget is not None:
+            budget, budget_source = budget_bytes(budget), f"{budget} bytes" if isinstance(budget, int) \
+                else f"budget {budget}"
     except InvalidInput as err:
         argument_problems += err.problems
-        budget_bytes, budget_source = None, None
+        budget = None
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         argument_problems.append(Problem("invalid-world-size", "world_size",
                                          f"world_size must be a positive integer, not {world_size!r}"))
         world_size = None
     inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None)
     verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
-                       budget=budget_bytes, budget_source=budget_source, overheads=overheads,
+                       budget=budget, budget_source=budget_source, overheads=overheads,
                        environ=environ, problems=tuple(argument_problems) + tuple(problems))
     if verdict.estimate is None:
         raise InvalidInput(verdict.problems)
     return verdict.estimate
 
 
-def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
-    """Bytes (an int) or a size (``"80GiB"``); InvalidInput when it is neither or not positive."""
-    if budget is None:
-        return None, None
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        if budget <= 0:
-            raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget} bytes must be positive")])
-        return budget, f"{budget} bytes"
+# ---------------------------------------------------------------------------------------
+# What every front resolves once, the same way: the budget, the world size, the overheads.
+
+def budget_bytes(value: Any, location: str = "budget") -> int:
+    """A budget as bytes: an int, or a size (``"80GiB"``, ``"80GB"``, ``"81920MiB"``);
+    InvalidInput (``invalid-budget`` at ``location``) when it is neither or not positive.
+    The API's ``budget=``, the pytest plugin's sources and the planner all read budgets here;
+    the settings (``settings.py``) read theirs as a byte-size setting with the same units."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise InvalidInput([Problem("invalid-budget", location, f"budget {value} bytes must be positive")])
+        return value
     from megatron_estimator.core.units import parse_bytes
 
-    if isinstance(budget, bool) or not isinstance(budget, (str, float)):
-        raise InvalidInput([Problem("invalid-budget", "budget",
-                                    f"budget must be bytes (an int) or a size such as '80GiB', not {budget!r}")])
-    size = parse_bytes(str(budget), location="budget")
+    if isinstance(value, bool) or not isinstance(value, (str, float)):
+        raise InvalidInput([Problem("invalid-budget", location,
+                                    f"budget must be bytes (an int) or a size such as '80GiB', not {value!r}")])
+    size = parse_bytes(str(value), location=location)
     if size <= 0:
-        raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget!r} must be more than 0 bytes")])
-    return size, f"budget {budget}"
+        raise InvalidInput([Problem("invalid-budget", location, f"budget {value!r} must be more than 0 bytes")])
+    return size
+
+
+def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
+                   environ: Mapping[str, str] | None = None, say_launch: bool = False
+                   ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
+    """The world size to estimate on, where it came from, and any problem with it.
+
+    The first source that gives one wins: ``given`` (``--world-size``, the ``world_size``
+    argument); ``WORLD_SIZE`` in ``environ``, passed only by the fronts whose environment
+    is the job's own (``estimate`` and ``plan`` on the command line); the input's own (the
+    launcher's ``--nproc-per-node x --nnodes``, a seed YAML's ``world_size``, a launch
+    script's).  None of them: ``config.resolve`` takes the smallest world the layout needs
+    (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
+    input is not read yet, its own size is not asked).  ``say_launch``
+    (``run``): a given size's source also names what the launch command itself says."""
+    if given is not None:
+        source = given_source or "--world-size"
+        if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
+            source += f" (the launch command itself says {inp.world_size}: {inp.world_size_source})"
+        return given, source, ()
+    if environ is not None and environ.get("WORLD_SIZE") is not None:
+        raw = environ["WORLD_SIZE"]
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            return None, None, (Problem("invalid-world-size", "WORLD_SIZE",
+                                        f"WORLD_SIZE={raw!r} is not a positive integer"),)
+        return value, f"WORLD_SIZE={value} in the environment", ()
+    return (inp.world_size, inp.world_size_source, ()) if inp is not None else (None, None, ())
+
+
+def overheads_from_settings(settings: Any, gpu: Any = None):
+    """The overhead assumptions (``model.overhead.Overheads``) that ``settings`` (a
+    ``settings.Settings``) give, for ``gpu`` (a ``GpuSpec``; default: the settings' GPU)."""
+    from megatron_estimator.model.overhead import Overheads
+
+    gpu = settings.gpu if gpu is None else gpu
+    return Overheads(
+        cuda_context_bytes=settings.cuda_context,
+        nccl_bytes_per_communicator=settings.nccl_buffers,
+        fragmentation=settings.fragmentation,
+        routing_imbalance=settings.routing_imbalance,
+        flash_attn=settings.flash_attn,
+        resume=settings.resume,
+        compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
+        gpu_known=gpu is not None,
+    )
+
+
+def lookup_gpu(name: str, location: str = "--gpu"):
+    """The GPU catalog's entry (``megatron.gpus.GpuSpec``) for ``name``; InvalidInput
+    (``unknown-gpu`` / ``ambiguous-gpu``) naming ``location``."""
+    from megatron_estimator.megatron.gpus import lookup_gpu as catalog_lookup
+
+    return catalog_lookup(name, location=location)
+
+
+def flash_attn_version(text: str) -> tuple[int, ...] | None:
+    """``2.7.4.post1`` -> ``(2, 7, 4)``: a flash-attn version as the estimator compares them."""
+    from megatron_estimator.core.versions import version_tuple
+
+    return version_tuple(text)
+
+
+# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
+# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
+_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
+                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
+
+
+def not_a_training_input(path: str) -> str | None:
+    """Why ``check --skip-unknown`` passes over this file, or None to check it.
+
+    A file that is missing or unreadable is checked (and reported), never passed over."""
+    import re
+    from pathlib import Path
+
+    from megatron_estimator.inputs.detect import detect_format
+
+    if not Path(path).exists() or not os.access(path, os.R_OK):
+        return None
+    kind = detect_format(path)
+    if kind == "shell":
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            # Comments say nothing about what the script runs.
+            code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
+                             if not line.lstrip().startswith("#"))
+        if re.search(_TRAINING_LAUNCH_MARK, code) is None:
+            return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
+                   "--num-attention-heads or --yaml-cfg in it)"
+        return None
+    if kind == "unknown":
+        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
+    return None
+
+
+def exec_launch(command: Any) -> None:
+    """Replace this process with the launch command (``inputs.launch.LaunchCommand``): the
+    same argv, the same environment.  Returns only by raising OSError."""
+    from megatron_estimator.inputs.launch import exec_launch as replace_process
+
+    replace_process(command)
