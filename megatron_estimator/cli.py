@@ -370,8 +370,9 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
 
 def cmd_plan(ns, environ) -> int:
     from megatron_estimator.core.problems import InvalidInput, Problem
+    from megatron_estimator.api import plan, plan_input
     from megatron_estimator.report.plan import RENDERERS, render_invalid
-    from megatron_estimator.planner.search import SearchSpace, plan, plan_input
+    from megatron_estimator.results.plan import SearchSpace
 
     settings, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:
