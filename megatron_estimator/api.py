@@ -392,6 +392,13 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
                   proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
 
 
+def search_space(**bounds):
+    """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
+    from megatron_estimator.results.plan import SearchSpace
+
+    return SearchSpace(**bounds)
+
+
 def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
                     space=None, environ: Mapping[str, str] | None = None):
     """Every layout ``plan`` searches, as the planned settings (dest -> value) of each

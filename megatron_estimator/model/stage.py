@@ -246,15 +246,25 @@ def held_activations(chunk_microbatches: tuple[int, ...], weights: tuple[int, ..
     return sum(n * kept for n, kept in zip(chunk_microbatches, weights))
 
 
+def device_overhead(parallel, moe: bool, overheads: Overheads, allocated: int) -> DeviceOverhead:
+    """What the device holds outside the allocator for a stage with ``allocated`` bytes: the
+    CUDA context, one set of NCCL buffers per communicator of this layout, and the
+    allocator's fragmentation of the allocated bytes."""
+    return DeviceOverhead(
+        cuda_context=overheads.cuda_context_bytes,
+        communication_buffers=overheads.nccl_bytes_per_communicator * len(communicators(parallel, moe)),
+        fragmentation=int(allocated * overheads.fragmentation),
+    )
+
+
 def fixed_device_bytes(parallel, moe: bool, overheads: Overheads) -> int:
-    """The device bytes outside the allocator that do not grow with it: the CUDA context and
-    one set of NCCL buffers per communicator of this layout (``DeviceOverhead``)."""
-    return overheads.cuda_context_bytes + overheads.nccl_bytes_per_communicator * len(communicators(parallel, moe))
+    """The part of ``device_overhead`` that does not grow with the allocated bytes."""
+    return device_overhead(parallel, moe, overheads, 0).total
 
 
 def device_bytes(allocated: int, fixed: int, fragmentation: float) -> int:
-    """``StageEstimate.device_peak_bytes`` of a stage with ``allocated`` bytes: those, the
-    ``fixed_device_bytes`` and the allocator's fragmentation of the allocated bytes."""
+    """``StageEstimate.device_peak_bytes`` of a stage with ``allocated`` bytes: those plus
+    ``device_overhead`` (``fixed``: ``fixed_device_bytes``; ``fragmentation``: the fraction)."""
     return allocated + fixed + int(allocated * fragmentation)
 
 
@@ -287,12 +297,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     other = terms.unscheduled + states.fsdp_transient + exchange
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
-    groups = communicators(p, config.model.moe is not None)
-    device = DeviceOverhead(
-        cuda_context=overheads.cuda_context_bytes,
-        communication_buffers=overheads.nccl_bytes_per_communicator * len(groups),
-        fragmentation=int(memory.total * overheads.fragmentation),
-    )
+    device = device_overhead(p, config.model.moe is not None, overheads, memory.total)
     details = (
         ("master_params", states.master_params),
         ("optimizer_moments", states.optimizer_moments),

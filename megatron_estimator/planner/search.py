@@ -30,7 +30,7 @@ from megatron_estimator.planner.space import (
     PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
-    BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts)
+    BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
 from megatron_estimator.results.plan import Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchSpace
 
 
@@ -68,19 +68,14 @@ class _Search:
     def __init__(self, inp, world: int, gbs: int, budget: int, budget_source: str, overheads,
                  environ, space: SearchSpace, proxy: ProxyAssumptions):
         from megatron_estimator.megatron.flags import flag_table
-        from megatron_estimator.config.resolve import ENVIRONMENT_RULES, resolve_config
-        from megatron_estimator.config.rules import RULES
-        from megatron_estimator.config.schema import check_config_schema
 
         self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
         # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
-        # (memory/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
+        # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
         overheads = replace(overheads, resume="no")
         self.overheads, self.env, self.space, self.proxy_assumptions = overheads, environ, space, proxy
-        self.rules = tuple(RULES)
         job_environment = bool(getattr(inp, "job_environment", False))
-        # resolve.resolve_config turns environment rules into notes unless the environment is the job's.
-        self.ignored_codes = frozenset() if job_environment else frozenset(ENVIRONMENT_RULES)
+        self.rules, self.ignored_codes = layout_rules(job_environment)
         self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
 
         # The model without a layout: the user's settings minus what the planner chooses (the
@@ -92,26 +87,9 @@ class _Search:
         self.namespace = dict(flag_table().defaults())
         self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
         self.moe = bool(self.namespace.get("num_experts"))
-
-        # Validate the input once: the types and ranges of everything the user gave, then the
-        # model alone (one GPU, Megatron's default layout).
-        given = dict(self.namespace)
-        given.update({d: s.value for d, s in inp.raw.settings.items()})
-        problems = check_config_schema(given, inp.raw)
-        if problems:
-            raise InvalidInput(problems)
-        try:
-            self.reference = resolve_config(self.raw, world_size=1, world_size_source="plan", environ=environ,
-                                            compute_capability=self.compute_capability,
-                                            flash_attn=overheads.flash_attn, resume="no",
-                                            job_environment=job_environment)
-            self.base_problems: tuple[Problem, ...] = ()
-        except InvalidInput as err:
-            # Problems of the default layout may vanish with another one; those of the model do not.
-            if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
-                raise InvalidInput(err.problems) from None
-            self.reference = None
-            self.base_problems = tuple(err.problems)
+        self.reference, self.base_problems = validate_model(
+            inp.raw, self.raw, self.namespace, environ, compute_capability=self.compute_capability,
+            flash_attn=overheads.flash_attn, job_environment=job_environment)
         self.user_pipeline = user_pipeline_choice(inp.raw)
         self._proxy_model: ProxyModel | None = None
         self.pattern: tuple[bool, ...] | None = None   # per decoder layer: MoE or not
@@ -281,7 +259,7 @@ class _Search:
 
     def layer_counts(self, tp: int, ep: int, etp: int, moe_layer: bool) -> tuple[int, int, int, int]:
         """(dense elements, expert elements, dense tensors, expert tensors) one GPU holds of a
-        decoder layer of this kind (memory/parameters.py ``layer_tensors``)."""
+        decoder layer of this kind (model/parameters.py ``layer_tensors``)."""
         key = (tp, ep, etp, moe_layer)
         counts = self._layer_counts.get(key)
         if counts is None:
@@ -294,7 +272,7 @@ class _Search:
 
     def state_rates(self, dims: ParallelDims, do: bool) -> StateRates:
         """Model-state bytes per dense and per expert element, lowest and highest over the
-        tensor kinds, for these shard sizes: memory/states.py ``model_states`` of one probe
+        tensor kinds, for these shard sizes: model/states.py ``model_states`` of one probe
         tensor whose size leaves no padding (a multiple of 64 and of lcm(shard, 128))."""
         key = (dims.dp * dims.cp, dims.edp, dims.pp > 1, do)
         rates = self._rates.get(key)
@@ -314,7 +292,7 @@ class _Search:
         return rates
 
     def tensors(self, config, layout: LayoutChoice, chunk_id: int, chunk) -> list:
-        """memory/parameters.py ``chunk_tensors``: it depends on tp, ep, etp and the chunk's structure."""
+        """model/parameters.py ``chunk_tensors``: it depends on tp, ep, etp and the chunk's structure."""
         key = (layout.tp, layout.ep, layout.etp, chunk_id, chunk.embedding, chunk.output_weight)
         tensors = self._tensors.get(key)
         if tensors is None:

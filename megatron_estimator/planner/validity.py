@@ -1,14 +1,16 @@
-"""Which layouts Megatron accepts: the project's own rules, run once per choice they read.
+"""Which layouts Megatron accepts: the checks ``estimate`` runs, run once per choice they read.
 
-"Megatron accepts" means the checks ``estimate`` runs pass: ``config.rules.RULES`` on the
-namespace ``config.derive.derive_namespace`` builds, as ``config.resolve.resolve_config``
-runs them (the environment rules count only where the environment is the job's).  The user's
-input is validated once (``planner.search``: schema, model, vocabulary, through
-``resolve_config`` itself).  The rules run once per layout family (tp, cp, pp, split) and
-again only for the inner choices they read: ``RuleReads`` records which varied keys a rule
-looked at, and its verdict is reused for every choice that agrees on them (the rules are
-pure functions of the namespace: the same keys with the same values take the same path).
-Nothing here decides validity itself: every verdict is a rule's.
+"Megatron accepts" means what ``config.resolve.resolve_config`` checks passes: the input is
+validated once through ``resolve_config`` itself (``validate_model``: schema, model,
+vocabulary), and each layout by ``config.rules.RULES`` on the namespace
+``config.derive.derive_namespace`` builds for it (``layout_rules``; the environment rules
+count only where the environment is the job's, as in ``resolve_config``).  The rules run
+once per layout family (tp, cp, pp, split) and again only for the inner choices they read:
+``RuleReads`` records which varied keys a rule looked at, and its verdict is reused for
+every choice that agrees on them (the rules are pure functions of the namespace: the same
+keys with the same values take the same path).  Nothing here decides validity itself: every
+verdict is a rule's, and every reported candidate is re-validated on the normal path
+(``planner.candidates``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Mapping
 
+from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.planner.space import RECOMPUTE_DESTS
 from megatron_estimator.results.plan import Recompute
@@ -33,6 +36,42 @@ _KEY_DIM.update({key: BATCH for key in ("micro_batch_size", "global_batch_size",
 _KEY_DIM.update({key: RECOMPUTE for key in RECOMPUTE_DESTS})
 _KEY_DIM["sequence_parallel"] = SP
 ALL_DIMS = frozenset((EXPERT, BATCH, RECOMPUTE, SP))
+
+
+def layout_rules(job_environment: bool) -> tuple[tuple, frozenset]:
+    """(the rules every layout must pass, the problem codes that do not count):
+    ``config.rules.RULES``, and ``config.resolve.ENVIRONMENT_RULES`` unless the environment is
+    the job's (``resolve_config`` turns those into notes then)."""
+    from megatron_estimator.config.resolve import ENVIRONMENT_RULES
+    from megatron_estimator.config.rules import RULES
+
+    return tuple(RULES), frozenset() if job_environment else frozenset(ENVIRONMENT_RULES)
+
+
+def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], environ: Mapping[str, str], *,
+                   compute_capability: float | None, flash_attn: str | None, job_environment: bool):
+    """Validate the input once, as ``estimate`` does: the types and ranges of everything the
+    user gave (``given``), then the model alone (``raw``: the input without its layout, on one
+    GPU with Megatron's default layout) through ``config.resolve.resolve_config``.  Returns (its
+    EstimatorConfig or None, the problems of the default layout); raises InvalidInput for
+    problems of the model, which no layout removes."""
+    from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.config.schema import check_config_schema
+
+    everything = dict(namespace)
+    everything.update({d: s.value for d, s in given.settings.items()})
+    problems = check_config_schema(everything, given)
+    if problems:
+        raise InvalidInput(problems)
+    try:
+        return resolve_config(raw, world_size=1, world_size_source="plan", environ=environ,
+                              compute_capability=compute_capability, flash_attn=flash_attn, resume="no",
+                              job_environment=job_environment), ()
+    except InvalidInput as err:
+        # Problems of the default layout may vanish with another one; those of the model do not.
+        if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
+            raise InvalidInput(err.problems) from None
+        return None, tuple(err.problems)
 
 
 BATCH_KEYS = tuple(key for key, dim in _KEY_DIM.items() if dim == BATCH)   # what derivation sets per batch choice
