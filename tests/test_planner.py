@@ -364,6 +364,42 @@ def test_overlays_are_what_derivation_gives():
             assert laid == scratch
 
 
+def test_cached_stage_parts_are_the_stage_functions():
+    """planner.memory's by-layer-kind chunk activations and its stage terms equal
+    model/stage.py's ``chunk_activation_bytes`` and ``stage_terms`` on the layout's own
+    configuration (pipeline splits of 1, 2 and 4 ranks, with and without virtual stages)."""
+    from dataclasses import replace
+
+    from megatron_estimator.model import stage as stage_model
+
+    inp, _ = api.plan_input(flags(TINY_MOE, "--recompute-modules core_attn mlp"), environ={})
+    run = planner_search._Search(inp, 8, 16, GiB, "", Overheads(), {}, SMALL_SPACE, plan_records.ProxyAssumptions())
+    checked = 0
+    for tp, cp, pp, pipeline in run.families():
+        if cp != 1:
+            continue
+        ns = dict(run.namespace)
+        ns.update(planner_space.family_settings(tp, cp, pp, pipeline))
+        _, namespaces = planner_validity.derive_batches(ns, [(True, 2)], 8, {})
+        family = run.family(pp, pipeline, tp, namespaces[0])
+        for ep, etp in run.expert_choices(tp):
+            layout = planner_space.LayoutChoice(tp, cp, pp, ep, etp, pipeline)
+            memory = planner_memory.LayoutMemory(run, layout, family, namespaces[0])
+            for rec in planner_space.recompute_choices(family.max_chunk_layers, (0.5,)):
+                for sp in planner_space.sequence_parallel_choices(tp):
+                    acts = memory.activations(2, rec, sp)
+                    cfg = replace(acts.cfg, training=replace(
+                        acts.cfg.training, recompute_granularity=rec.granularity, recompute_method=rec.method,
+                        recompute_num_layers=rec.num_layers,
+                        recompute_modules=rec.modules or acts.cfg.training.recompute_modules))
+                    for group in family.groups:
+                        expected = tuple(stage_model.chunk_activation_bytes(cfg, chunk) for chunk in group.stage.chunks)
+                        assert acts.stage(group, rec).chunks == expected
+                        assert acts.stage(group, rec) == stage_model.stage_terms(cfg, group.stage, run.overheads, {})
+                        checked += 1
+    assert checked > 100
+
+
 # -- the command line ---------------------------------------------------------------------------
 
 def run(args):
