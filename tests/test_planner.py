@@ -393,9 +393,10 @@ def test_cached_stage_parts_are_the_stage_functions():
                         recompute_num_layers=rec.num_layers,
                         recompute_modules=rec.modules or acts.cfg.training.recompute_modules))
                     for group in family.groups:
-                        expected = tuple(stage_model.chunk_activation_bytes(cfg, chunk) for chunk in group.stage.chunks)
-                        assert acts.stage(group, rec).chunks == expected
-                        assert acts.stage(group, rec) == stage_model.stage_terms(cfg, group.stage, run.overheads, {})
+                        for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                            assert acts.chunk(cid, chunk, rec) == stage_model.chunk_activation_bytes(cfg, chunk)
+                        terms = stage_model.stage_terms(cfg, group.stage, run.overheads, {})
+                        assert acts.stage(group, rec) == (terms.chunk_weights, terms.unscheduled)
                         checked += 1
     assert checked > 100
 

@@ -211,7 +211,7 @@ class StageTerms(NamedTuple):
     @property
     def chunk_weights(self) -> tuple[int, ...]:
         """Bytes one microbatch keeps in each model chunk (the schedule's chunk weights)."""
-        return tuple(c.kept for c in self.chunks)
+        return tuple([c.kept for c in self.chunks])
 
     @property
     def unscheduled(self) -> int:
@@ -219,25 +219,37 @@ class StageTerms(NamedTuple):
         return self.transient + self.cublas_workspace + self.te_workspace + self.batch_tensors + self.global_buffers
 
 
-def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overheads, environ: Mapping[str, str],
-                chunks: tuple[ChunkActivations, ...] | None = None) -> StageTerms:
-    """The ``StageTerms`` of one stage; ``chunks`` (``chunk_activation_bytes`` of each model
-    chunk) when already known."""
-    if chunks is None:
-        chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
-    transients = stage_transients(config, stage, chunks, overheads.compute_capability)
-    moment = max(transients, key=transients.get)
+class SharedTerms(NamedTuple):
+    """What every stage of a configuration holds alike: the framework's workspaces, the
+    microbatch's batch tensors (on the stages that load or score it) and the global buffers.
+    They read the configuration and the GPU, not the stage."""
+    cublas_workspace: int
+    te_workspace: int
+    batch_tensors: int          # on a first or last stage; none elsewhere
+    global_buffers: int
+
+
+def shared_terms(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> SharedTerms:
+    """The ``SharedTerms`` of this configuration."""
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
                                        bool(config.namespace.get("deterministic_mode")))
-    return StageTerms(
-        chunks=chunks,
-        transient_moment=moment,
-        transient=transients[moment],
-        cublas_workspace=cublas,
-        te_workspace=te_workspace_for(config, overheads.compute_capability),
-        batch_tensors=_batch_bytes(config) if (stage.pre_process or stage.post_process) else 0,
-        global_buffers=_global_buffers(config),
-    )
+    return SharedTerms(cublas, te_workspace_for(config, overheads.compute_capability), _batch_bytes(config),
+                       _global_buffers(config))
+
+
+def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overheads, environ: Mapping[str, str],
+                chunks: tuple[ChunkActivations, ...] | None = None, shared: SharedTerms | None = None) -> StageTerms:
+    """The ``StageTerms`` of one stage; ``chunks`` (``chunk_activation_bytes`` of each model
+    chunk) and ``shared`` (``shared_terms`` of the configuration) when already known."""
+    if chunks is None:
+        chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
+    if shared is None:
+        shared = shared_terms(config, overheads, environ)
+    transients = stage_transients(config, stage, chunks, overheads.compute_capability)
+    moment = max(transients, key=transients.get)
+    return StageTerms(chunks, moment, transients[moment], shared.cublas_workspace, shared.te_workspace,
+                      shared.batch_tensors if (stage.pre_process or stage.post_process) else 0,
+                      shared.global_buffers)
 
 
 def held_activations(chunk_microbatches: tuple[int, ...], weights: tuple[int, ...]) -> int:

@@ -43,6 +43,7 @@ from megatron_estimator.results.plan import ProxyBreakdown, Recompute
 
 class LayoutCost:
     """The throughput proxy of one layout (tp, cp, pp, ep, etp, split), cached per inner choice."""
+    __slots__ = ("search", "layout", "family", "dims", "_proxy")     # one per layout searched
 
     def __init__(self, search: "_Search", layout, family, dims: ParallelDims):
         self.search, self.layout, self.family, self.dims = search, layout, family, dims

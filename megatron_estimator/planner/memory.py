@@ -75,14 +75,8 @@ class StageGroup:
     stage_id: int
     chunk_ids: tuple[int, ...]      # one per model chunk of the stage
     stage: StageLayout              # the group's lowest rank
-
-    @property
-    def rank(self) -> int:
-        return self.stage.pp_rank
-
-    @property
-    def runs_loss(self) -> bool:
-        return self.stage.post_process
+    rank: int                       # its pipeline rank
+    runs_loss: bool                 # the stage computes the loss (its post_process)
 
 
 class LayoutFamily:
@@ -105,7 +99,7 @@ class LayoutFamily:
             if stage_id in seen:
                 continue                        # a higher rank of the same structure: never the peak
             seen.add(stage_id)
-            groups.append(StageGroup(stage_id, chunk_ids, stage))
+            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process))
         self.groups: tuple[StageGroup, ...] = tuple(groups)
         self.parts: dict[tuple, list[int]] = {}          # LayoutMemory._parts, shared by the family
 
@@ -121,13 +115,14 @@ class LayoutActivations:
         self.search, self.cfg = search, cfg
         self._layers: dict[bool, int] = {}
         self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
-        self._stages: dict[tuple, stage_model.StageTerms] = {}
+        self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
         self._deferred: dict[int, int] = {}
         self.layer_input = act.layer_input_bytes(cfg)
         self.embedding = act.embedding_activations(cfg)
         self.loss_kept = act.loss_activations(cfg)[0]
         self._mtp: int | None = None
         self._kinds: tuple[int, int] | None = None
+        self.shared = stage_model.shared_terms(cfg, search.overheads, search.env)
 
     def layer(self, index: int) -> int:
         """model/activations.py ``layer_activations`` total: it depends on the layer's kind only."""
@@ -170,16 +165,18 @@ class LayoutActivations:
             self._kinds = (dense, moe)
         return self._kinds
 
-    def stage(self, group: StageGroup, rec: Recompute) -> stage_model.StageTerms:
-        """model/stage.py ``stage_terms`` of the group's stage under this recompute choice."""
+    def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
+        """model/stage.py ``stage_terms`` of the group's stage under this recompute choice, as
+        the schedule uses it: (``chunk_weights``, ``unscheduled``)."""
         key = (group.stage_id, rec)
-        terms = self._stages.get(key)
-        if terms is None:
-            search = self.search
-            chunks = tuple(self.chunk(cid, chunk, rec) for cid, chunk in zip(group.chunk_ids, group.stage.chunks))
-            terms = self._stages[key] = stage_model.stage_terms(self.cfg, group.stage, search.overheads, search.env,
-                                                                chunks)
-        return terms
+        parts = self._stages.get(key)
+        if parts is None:
+            search, cache = self.search, self._chunks
+            chunks = tuple(cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
+                           for cid, chunk in zip(group.chunk_ids, group.stage.chunks))
+            terms = stage_model.stage_terms(self.cfg, group.stage, search.overheads, search.env, chunks, self.shared)
+            parts = self._stages[key] = (terms.chunk_weights, terms.unscheduled)
+        return parts
 
     def deferred(self, m: int) -> int:
         """model/stage.py ``deferred_wgrad_bytes`` with M microbatches (on the loss stage)."""
@@ -211,6 +208,8 @@ def census(tensors) -> tuple[int, int, int, int]:
 class LayoutMemory:
     """The per-stage memory of one layout: ``estimate_stage``'s parts, cached by what each
     depends on (see the module docstring)."""
+    __slots__ = ("search", "layout", "family", "_derived", "_config", "dims", "fixed", "fragmentation", "_exceed",
+                 "_lower", "_upper", "_states")                                       # one per layout searched
 
     def __init__(self, search: "_Search", layout: LayoutChoice, family: LayoutFamily, derived: Mapping):
         self.search, self.layout, self.family = search, layout, family
@@ -219,7 +218,8 @@ class LayoutMemory:
         self.fixed = stage_model.fixed_device_bytes(self.dims, search.moe, search.overheads)
         self.fragmentation = search.overheads.fragmentation
         self._exceed: dict[bool, bool] = {}
-        self._bounds_cache: dict[tuple, list] = {}
+        self._lower: dict[bool, list[int]] = {}             # lower_bounds by optimizer choice
+        self._upper: dict[bool, list[int | None]] = {}      # upper_bounds by optimizer choice
         self._states: dict[bool, list[stage_model.StageStates]] = {}
 
     @property
@@ -243,14 +243,15 @@ class LayoutMemory:
 
     def lower_bounds(self, do: bool) -> list[int]:
         """A lower bound of each stage group's model states (weights, gradients, optimizer states)."""
-        return self._bounds(do, 0)
+        return self._lower.get(do) or self._bounds(do, 0)
 
     def upper_bounds(self, do: bool) -> list[int | None]:
         """An upper bound of each stage group's model states and FSDP transient (None: unbounded)."""
-        return self._bounds(do, 1)
+        return self._upper.get(do) or self._bounds(do, 1)
 
     def _bounds(self, do: bool, which: int) -> list:
-        out = self._bounds_cache.get((do, which))
+        cache = self._upper if which else self._lower
+        out = cache.get(do)
         if out is None:
             search, lay = self.search, self.layout
             out = []
@@ -260,7 +261,7 @@ class LayoutMemory:
                 if value is None:
                     value = search._bounds[key] = self._states_bound(do, group, upper=bool(which))
                 out.append(value)
-            self._bounds_cache[(do, which)] = out
+            cache[do] = out
         return out
 
     def _states_bound(self, do: bool, group: StageGroup, upper: bool) -> int | None:
@@ -366,8 +367,7 @@ class LayoutMemory:
         stage_cache = acts._stages
         for group in family.groups:
             rank = group.rank
-            terms = stage_cache.get((group.stage_id, rec)) or acts.stage(group, rec)
-            kept, other = terms.chunk_weights, terms.unscheduled
+            kept, other = stage_cache.get((group.stage_id, rec)) or acts.stage(group, rec)
             if group.runs_loss:
                 other += acts.deferred(m)
             if pp == 1:
@@ -392,17 +392,18 @@ class LayoutMemory:
     def assess(self, do: bool, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> int | None:
         """None when a stage is over budget, else the peak device bytes (exact, or a lower bound
         within the few megabytes of padding when the upper bound of the states fits anyway)."""
-        parts = self._parts(mbs, m, r, rec, sp)
+        lay = self.layout
+        parts = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self._parts(mbs, m, r, rec, sp)
         budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
         worst = 0
-        for lower, part in zip(self.lower_bounds(do), parts):
+        for lower, part in zip(self._lower.get(do) or self.lower_bounds(do), parts):
             low = lower + part
             device = low + fixed + int(low * fragmentation)          # stage.device_bytes, inline: the hot loop
             if device > budget:
                 return None
             if device > worst:
                 worst = device
-        for upper, part in zip(self.upper_bounds(do), parts):
+        for upper, part in zip(self._upper.get(do) or self.upper_bounds(do), parts):
             if upper is None:
                 break
             high = upper + part

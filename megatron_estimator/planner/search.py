@@ -12,6 +12,7 @@ The result is a ``results.plan.Plan``.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, replace
@@ -354,7 +355,16 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     ``fitting == 0``."""
     started = time.perf_counter() if started is None else started
     run = _Search(inp, world_size, global_batch_size, budget, budget_source, overheads, environ, space, proxy)
-    run.run()
+    # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
+    # built, none of them in a reference cycle: the cyclic collector would only walk them again
+    # and again (a sixth of the run), and reference counting frees everything else.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        run.run()
+    finally:
+        if collecting:
+            gc.enable()
     if run.valid == 0:
         raise NoValidLayout(_no_valid_layout(run), run.searched)
     chosen = _best(run.fits, top)
