@@ -190,7 +190,7 @@ class StageStates(NamedTuple):
 def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> StageStates:
     """The model states of a stage with these tensors (one list per model chunk)."""
     # A resumed run with --ckpt-fully-parallel-load: the load's broadcast buffers outlive it
-    # into the first step (memory/checkpoint.py).
+    # into the first step (model/checkpoint.py).
     return StageStates(model_states(config, tensors), load_exchange_bytes(config, tensors))
 
 

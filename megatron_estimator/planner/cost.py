@@ -52,7 +52,7 @@ class LayoutCost:
     def recomputed_fraction(self, rec: Recompute) -> float:
         """Forward flops of the layers full recompute re-runs / forward flops of all decoder layers."""
         key = (self.layout.pp, self.layout.pipeline, rec)
-        cached = self.search._recomputed.get(key)
+        cached = self.search.recomputed_cache.get(key)
         if cached is None:
             model = self.search.proxy_model
             pattern = self.search.layer_pattern()
@@ -63,7 +63,7 @@ class LayoutCost:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
                     again += sum(moe_f if pattern[i] else dense_f for i in layers)
-            cached = self.search._recomputed[key] = again / total
+            cached = self.search.recomputed_cache[key] = again / total
         return cached
 
     def proxy(self, mbs: int, m: int, rec: Recompute, sp: bool, do: bool) -> ProxyBreakdown:

@@ -3,7 +3,7 @@
 "Fits" means the device peak of the peak stage (``StageEstimate.device_peak_bytes``:
 allocated memory plus CUDA context, NCCL buffers and fragmentation) is at most the budget.
 The numbers are ``estimate``'s own: ``LayoutMemory`` adds the public parts of
-``model/stage.py`` ``estimate_stage`` (``stage_states``, ``stage_terms``,
+``model/stage.py`` ``estimate_stage`` (``stage_states``, ``stage_terms`` with ``shared_terms``,
 ``held_activations``, ``deferred_wgrad_bytes``, ``fixed_device_bytes``, ``device_bytes``),
 each memoised on what it reads:
 
@@ -257,9 +257,9 @@ class LayoutMemory:
             out = []
             for group in self.family.groups:
                 key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
-                value = search._bounds.get(key)
+                value = search.bounds_cache.get(key)
                 if value is None:
-                    value = search._bounds[key] = self._states_bound(do, group, upper=bool(which))
+                    value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
                 out.append(value)
             cache[do] = out
         return out
@@ -308,12 +308,12 @@ class LayoutMemory:
             for group in self.family.groups:
                 # dp x cp = world / (tp pp) and edp do not depend on cp: neither do the states.
                 key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id)
-                value = search._states.get(key)
+                value = search.states_cache.get(key)
                 if value is None:
                     if config is None:
                         config = self.config
                         config = with_distributed_optimizer(config, do)
-                    value = search._states[key] = stage_model.stage_states(
+                    value = search.states_cache[key] = stage_model.stage_states(
                         config, [search.tensors(config, lay, cid, chunk)
                                  for cid, chunk in zip(group.chunk_ids, group.stage.chunks)])
                     lower, upper = self.lower_bounds(do)[len(out)], self.upper_bounds(do)[len(out)]
@@ -333,7 +333,7 @@ class LayoutMemory:
         lay = self.layout
         layered = rec if rec.granularity == "selective" else NO_RECOMPUTE
         key = (lay.tp, lay.cp, lay.etp, mbs, layered, sp)
-        acts = self.search._activations.get(key)
+        acts = self.search.activations_cache.get(key)
         if acts is None:
             base = self.config
             modules = layered.modules if layered.modules is not None else tuple(self._derived.get("recompute_modules") or ())
@@ -342,7 +342,7 @@ class LayoutMemory:
                                            recompute_granularity=layered.granularity, recompute_method=None,
                                            recompute_num_layers=None, recompute_modules=modules,
                                            distribute_saved_activations=False))
-            acts = self.search._activations[key] = LayoutActivations(self.search, cfg)
+            acts = self.search.activations_cache[key] = LayoutActivations(self.search, cfg)
         return acts
 
     def _parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> list[int]:
@@ -362,7 +362,7 @@ class LayoutMemory:
         acts = self.activations(mbs, rec, sp)
         family = self.family
         pp, vpp = self.layout.pp, family.vpp
-        inflight_cache = self.search._inflight
+        inflight_cache = self.search.inflight_cache
         parts = []
         stage_cache = acts._stages
         for group in family.groups:

@@ -99,15 +99,15 @@ class _Search:
         self._vocab: dict[int, Any] = {}
         self._families: dict[tuple, LayoutFamily] = {}
         self._layer_counts: dict[tuple, tuple[int, int]] = {}
-        self._bounds: dict[tuple, int] = {}
-        self._states: dict[tuple, stage_model.StageStates] = {}
-        self._activations: dict[tuple, LayoutActivations] = {}
+        self.bounds_cache: dict[tuple, int] = {}
+        self.states_cache: dict[tuple, stage_model.StageStates] = {}
+        self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
-        self._inflight: dict[tuple, tuple[int, ...]] = {}
+        self.inflight_cache: dict[tuple, tuple[int, ...]] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
-        self._recomputed: dict[tuple, float] = {}
+        self.recomputed_cache: dict[tuple, float] = {}
 
         self.searched = self.valid = 0
         self.rejections: dict[str, int] = {}
