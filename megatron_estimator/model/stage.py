@@ -207,16 +207,8 @@ class StageTerms(NamedTuple):
     te_workspace: int
     batch_tensors: int
     global_buffers: int
-
-    @property
-    def chunk_weights(self) -> tuple[int, ...]:
-        """Bytes one microbatch keeps in each model chunk (the schedule's chunk weights)."""
-        return tuple([c.kept for c in self.chunks])
-
-    @property
-    def unscheduled(self) -> int:
-        """The terms the schedule does not multiply: the transient, workspaces, batch, buffers."""
-        return self.transient + self.cublas_workspace + self.te_workspace + self.batch_tensors + self.global_buffers
+    chunk_weights: tuple[int, ...]  # bytes one microbatch keeps in each chunk (the schedule's weights)
+    unscheduled: int                # what the schedule does not multiply: transient, workspaces, batch, buffers
 
 
 class SharedTerms(NamedTuple):
@@ -247,9 +239,11 @@ def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overhead
         shared = shared_terms(config, overheads, environ)
     transients = stage_transients(config, stage, chunks, overheads.compute_capability)
     moment = max(transients, key=transients.get)
-    return StageTerms(chunks, moment, transients[moment], shared.cublas_workspace, shared.te_workspace,
-                      shared.batch_tensors if (stage.pre_process or stage.post_process) else 0,
-                      shared.global_buffers)
+    transient = transients[moment]
+    batch = shared.batch_tensors if (stage.pre_process or stage.post_process) else 0
+    return StageTerms(chunks, moment, transient, shared.cublas_workspace, shared.te_workspace, batch,
+                      shared.global_buffers, tuple([c.kept for c in chunks]),
+                      transient + shared.cublas_workspace + shared.te_workspace + batch + shared.global_buffers)
 
 
 def held_activations(chunk_microbatches: tuple[int, ...], weights: tuple[int, ...]) -> int:
