@@ -412,3 +412,124 @@ def exec_launch(command: Any) -> None:
     from megatron_estimator.inputs.launch import exec_launch as replace_process
 
     replace_process(command)
+
+
+# -------------------------------------------------------------------------------------------
+# The planner, wired to the inputs and the normal path
+
+
+def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
+               hf_config: str | None = None, environ: Mapping[str, str] | None = None
+               ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """The model as a ``TrainingInput``: Megatron flags, a mapping, a file (seed or Megatron
+    YAML, launch script, HF config.json), a ``TrainingInput``, or a preset (``preset=``, or
+    ``model`` a string that is no existing path, path separator or file suffix: ``deepseek-v3``)
+    or a HF config (``hf_config=``).  ``extra_flags`` (Megatron flags) add to it or override
+    it: a preset or a HF config gives the architecture, the flags the training settings
+    (``input_from_model``)."""
+    if (preset is None and hf_config is None and isinstance(model, str) and not model.startswith("-")
+            and not os.path.exists(model) and os.sep not in model
+            and not model.endswith((".json", ".yaml", ".yml", ".sh", ".toml"))):
+        preset = model
+    if preset is not None or hf_config is not None:
+        return input_from_model(list(extra_flags), hf_config=hf_config, model=preset, environ=environ)
+    if model is None:
+        return input_from_flags(list(extra_flags), environ=environ)
+    if isinstance(model, TrainingInput):
+        inp, problems = model, ()
+    else:
+        inp, problems = load_input(model, environ=environ)
+    if extra_flags:
+        flag_input, flag_problems = input_from_flags(list(extra_flags), environ=environ)
+        inp = replace(inp, raw=inp.raw.merged(flag_input.raw), source=f"{inp.source} + command line")
+        problems = tuple(problems) + tuple(flag_problems)
+    return inp, tuple(problems)
+
+
+def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
+         budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
+         preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
+         space=None, proxy=None, overheads=None, environ: Mapping[str, str] | None = None, verify: bool = True):
+    """Every layout of the model (``plan_input``) on ``world_size`` GPUs that Megatron accepts
+    and that fits the budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``),
+    ranked by the throughput proxy (``planner.search``): a ``results.plan.Plan``.  The best
+    ``top`` (all with None) become candidates; with ``verify`` each is re-estimated through
+    ``evaluate`` (its ``estimate``), and its figures must agree.  Raises InvalidInput with
+    every problem of the input; a plan where nothing fits has ``fitting == 0``."""
+    import time
+
+    from megatron_estimator.core.units import parse_bytes
+    from megatron_estimator.megatron.gpus import lookup_gpu
+    from megatron_estimator.model.overhead import Overheads
+    from megatron_estimator.planner.search import search
+    from megatron_estimator.results.plan import ProxyAssumptions, SearchSpace
+
+    started = time.perf_counter()
+    problems: list[Problem] = []
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        problems.append(Problem("out-of-range", "--world-size", f"world size {world_size!r} must be a positive integer"))
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
+        problems.append(Problem("out-of-range", "--global-batch-size",
+                                f"global batch size {global_batch_size!r} must be a positive integer"))
+    gpu_spec = None
+    if gpu is not None:
+        try:
+            gpu_spec = lookup_gpu(gpu)
+        except InvalidInput as err:
+            problems += err.problems
+    budget_bytes = None
+    if budget is not None:
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            budget_bytes, budget_source = budget, budget_source or f"{budget} bytes"
+        else:
+            try:
+                budget_bytes = parse_bytes(str(budget), location="budget")
+                budget_source = budget_source or f"budget {budget}"
+            except InvalidInput as err:
+                problems += err.problems
+    elif gpu_spec is not None:
+        budget_bytes, budget_source = gpu_spec.total_memory_bytes, budget_source or f"{gpu_spec.name} capacity"
+    elif gpu is None:
+        problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
+    if budget_bytes is not None and budget_bytes <= 0:
+        problems.append(Problem("out-of-range", "--budget", f"budget {budget_bytes} bytes must be positive"))
+    inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
+                                     environ=environ)
+    problems += input_problems
+    if problems:
+        raise InvalidInput(problems)
+    if overheads is None:
+        overheads = Overheads(compute_capability=gpu_spec.compute_capability_value if gpu_spec else 9.0,
+                              gpu_known=gpu_spec is not None)
+    # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
+    # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
+    overheads = replace(overheads, resume="no")
+    env = _environment(environ, inp.environment)
+
+    def verifier(raw: RawArgs) -> Verdict:
+        return evaluate(replace(inp, raw=raw), world_size=world_size, world_size_source="--world-size",
+                        budget=budget_bytes, budget_source=budget_source, overheads=overheads, environ=env)
+
+    return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_bytes,
+                  budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),
+                  proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
+
+
+def search_space(**bounds):
+    """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
+    from megatron_estimator.results.plan import SearchSpace
+
+    return SearchSpace(**bounds)
+
+
+def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
+                    space=None, environ: Mapping[str, str] | None = None):
+    """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
+    (``planner.search.layouts``)."""
+    from megatron_estimator.planner.search import layouts
+
+    inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    if problems:
+        raise InvalidInput(problems)
+    return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,
+                   environ=_environment(environ, inp.environment), space=space)

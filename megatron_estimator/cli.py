@@ -305,10 +305,9 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
 
 
 def cmd_plan(ns, environ) -> int:
-    from megatron_estimator.api import overheads_from_settings, world_size_for
+    from megatron_estimator.api import overheads_from_settings, plan, plan_input, search_space, world_size_for
     from megatron_estimator.core.problems import InvalidInput, Problem
     from megatron_estimator.report.plan import RENDERERS, render_invalid
-    from megatron_estimator.planner.search import SearchSpace, plan, plan_input
 
     settings, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:
@@ -339,7 +338,7 @@ def cmd_plan(ns, environ) -> int:
     if problems:
         _emit(render_invalid(problems, fmt), sys.stdout)
         return EXIT_INVALID
-    space = SearchSpace(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else SearchSpace()
+    space = search_space(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else search_space()
     try:
         result = plan(path, world_size=world, global_batch_size=gbs, budget=settings.budget,
                       budget_source=settings.source("budget"), extra_flags=flags, preset=ns.model,
