@@ -187,6 +187,8 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                         environment=script.environment_dict, job_environment=True, world_size_unknown=unknown,
                         launch_location=script.location),
                 tuple(problems) + flag_problems)
+    if kind == "megatron-log":
+        return input_from_log(path)
     if kind == "hf-config":
         from megatron_estimator.inputs.hf import load_hf_config
 
@@ -197,6 +199,21 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         Problem("unknown-format", name, "not a seed-format YAML (top-level model: or parallelism:), a "
                 "Megatron --yaml-cfg YAML (top-level language_model: or model_parallel:), a launch script "
                 "or a HuggingFace config.json (model_type or architectures)"),)
+
+
+def input_from_log(path: str | os.PathLike) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
+    inp, problems, _ = _log_input(path)
+    return inp, problems
+
+
+def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+    from megatron_estimator.inputs.megatron_log import read_megatron_log
+
+    log = read_megatron_log(path)
+    inp = TrainingInput(log.raw, source=str(path), world_size=log.world_size,
+                        world_size_source=log.world_size_location, notes=log.notes)
+    return inp, log.problems, log
 
 
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
