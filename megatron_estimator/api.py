@@ -306,3 +306,53 @@ def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
     if size <= 0:
         raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget!r} must be more than 0 bytes")])
     return size, f"budget {budget}"
+
+
+def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
+                budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
+                suggest_settings: bool = False):
+    """A Megatron training log against the estimate of the configuration it logged.
+
+    The configuration is rebuilt from the log's arguments block and estimated through
+    ``evaluate``; each rank's ``report_memory`` peaks are set beside its pipeline stage's
+    estimate, and each CUDA out-of-memory message beside the verdict.  Without a budget, a log
+    that ran out of memory is judged against the GPU's total capacity its message names.
+    Returns ``results.comparison.LogComparison``; never raises for bad input."""
+    from megatron_estimator.model.overhead import Overheads, communicators
+    from megatron_estimator.results import comparison
+
+    name = str(path)
+    if not Path(path).exists():
+        verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
+        return comparison.LogComparison(name, verdict)
+    inp, problems, log = _log_input(path)
+    notes: list[str] = []
+    if budget is None and log.out_of_memory:
+        budget = max(o.total_capacity for o in log.out_of_memory)
+        budget_source = f"the total capacity the out-of-memory message names ({log.out_of_memory[0].location})"
+    overheads = overheads or Overheads()
+    verdict = evaluate(inp, world_size=world_size, world_size_source="--world-size" if world_size else None,
+                       budget=budget, budget_source=budget_source, overheads=overheads, environ=environ,
+                       problems=problems)
+    if verdict.estimate is None:
+        return comparison.LogComparison(name, verdict)
+    estimate = verdict.estimate
+    tp_pp_dp = bool(inp.raw.value("use_tp_pp_dp_mapping", False))
+    if not log.memory:
+        notes.append("the log has no report_memory lines ('[Rank N] ... memory (MB) | allocated: ...'), "
+                     "which Megatron prints after the first iterations and every --log-memory-interval")
+    beyond = sorted({r.rank for r in log.memory if r.rank >= estimate.world_size})
+    if beyond:
+        notes.append(f"ranks {beyond} are outside the world size {estimate.world_size}: not compared")
+    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp)
+    ooms = comparison.compare_ooms(log, estimate, tp_pp_dp)
+    suggested = None
+    if suggest_settings:
+        from types import SimpleNamespace
+
+        # The communicators the estimate adds NCCL buffers for (model/stage.py).
+        layout = SimpleNamespace(**estimate.parallelism)
+        count = len(communicators(layout, bool(inp.raw.value("num_experts"))))
+        suggested = comparison.suggest_settings(log, ranks, count, overheads.cuda_context_bytes,
+                                                overheads.nccl_bytes_per_communicator, overheads.fragmentation)
+    return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))

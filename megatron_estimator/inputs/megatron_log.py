@@ -195,10 +195,10 @@ def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
                 ooms.append(_oom(match.groupdict(), prefix_rank, source, where))
     for stream, local, groups, where in torchrun_ooms:
         if stream in offsets:
-            ooms.append(_oom(groups, local + offsets[stream], f"torchrun prefix {stream} (local rank "
-                             f"{local}; its [Rank N] lines give the node's offset)", where))
+            ooms.append(_oom(groups, local + offsets[stream], f"torchrun prefix {stream} local rank "
+                             f"{local}, plus the node's offset its [Rank N] lines give", where))
         else:
-            ooms.append(_oom(groups, local, f"torchrun prefix {stream}: the local rank, read as the "
+            ooms.append(_oom(groups, local, f"torchrun prefix {stream} gives the local rank, read as the "
                              "global rank (the log of the first node)", where))
     if header_line is None:
         return MegatronLog(RawArgs(source=name), (Problem(
