@@ -162,9 +162,7 @@ def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
     for number, line in enumerate(lines, start=1):
         line = line.rstrip("\r")
         stream, prefix_rank, body = _split_prefix(line)
-        if in_block:
-            if stream != block_stream:
-                continue      # another rank's line in between
+        if in_block and stream == block_stream:   # another rank's lines in between are read below
             if END.match(body):
                 in_block, block_done, end_line = False, True, number
                 continue
