@@ -175,6 +175,8 @@ def test_truncated_log_reads_what_it_has(tmp_path):
     assert any(f"train.log:{len(kept)}" in n and "cut off" in n for n in log.notes)
     last_name = kept[-1].split()[0]
     assert not log.raw.given(last_name) and last_name not in log.derived
+    # What the block no longer holds is named with where it ends.
+    assert log.raw.location("zzz_missing") == f"train.log zzz_missing (the truncated arguments block ends at line {len(kept) - 1})"
 
 
 def test_a_log_without_arguments_block_is_exit_2(tmp_path, capsys):

@@ -169,7 +169,8 @@ def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
             if HEADER.match(body):
                 block, header_line = [], number   # printed again: the later block wins
                 continue
-            block.append((number, body))
+            if body.strip():
+                block.append((number, body))
             continue
         if not block_done and HEADER.match(body):
             in_block, block_stream, header_line, block = True, stream, number, []
@@ -211,7 +212,8 @@ def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
         if ends_cut and block and block[-1][0] == len(lines):
             dropped = block.pop()
             notes.append(f"{name}:{dropped[0]}: its last line is cut off mid-line and is not read")
-    return _settings(block, name, tuple(memory), tuple(ooms), notes)
+    cut_after = None if end_line is not None else (block[-1][0] if block else header_line)
+    return _settings(block, name, tuple(memory), tuple(ooms), notes, cut_after)
 
 
 def _oom(groups: dict, rank: int | None, source: str, where: str) -> OutOfMemory:
@@ -225,7 +227,8 @@ def _oom(groups: dict, rank: int | None, source: str, where: str) -> OutOfMemory
         location=where)
 
 
-def _settings(block: list[tuple[int, str]], name: str, memory, ooms, notes: list[str]) -> MegatronLog:
+def _settings(block: list[tuple[int, str]], name: str, memory, ooms, notes: list[str],
+              cut_after: int | None = None) -> MegatronLog:
     from megatron_estimator.megatron.flags import flag_table
 
     table = flag_table()
@@ -265,7 +268,9 @@ def _settings(block: list[tuple[int, str]], name: str, memory, ooms, notes: list
         notes.append(f"{len(derived)} namespace entries are not flags (Megatron's derived values, or "
                      f"flags of another Megatron version): {shown}{', ...' if len(derived) > 7 else ''}; "
                      "world_size gives the world size, the rest are not read")
-    raw = RawArgs(settings, source=name, absent=lambda dest: f"{name} {dest}")
+    # A setting not in the block is named in the log's terms; in a block cut short, say where it ends.
+    cut = "" if cut_after is None else f" (the truncated arguments block ends at line {cut_after})"
+    raw = RawArgs(settings, source=name, absent=lambda dest: f"{name} {dest}{cut}")
     return MegatronLog(raw, problems.problems, world_size, world_location, memory, ooms, tuple(notes), derived)
 
 
