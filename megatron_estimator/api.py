@@ -199,6 +199,8 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                         environment=script.environment_dict, job_environment=True, world_size_unknown=unknown,
                         launch_location=script.location),
                 tuple(problems) + flag_problems)
+    if kind == "megatron-log":
+        return input_from_log(path)
     if kind == "hf-config":
         from megatron_estimator.inputs.hf import load_hf_config
 
@@ -209,6 +211,21 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         Problem("unknown-format", name, "not a seed-format YAML (top-level model: or parallelism:), a "
                 "Megatron --yaml-cfg YAML (top-level language_model: or model_parallel:), a launch script "
                 "or a HuggingFace config.json (model_type or architectures)"),)
+
+
+def input_from_log(path: str | os.PathLike) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
+    inp, problems, _ = _log_input(path)
+    return inp, problems
+
+
+def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+    from megatron_estimator.inputs.megatron_log import read_megatron_log
+
+    log = read_megatron_log(path)
+    inp = TrainingInput(log.raw, source=str(path), world_size=log.world_size,
+                        world_size_source=log.world_size_location, notes=log.notes)
+    return inp, log.problems, log
 
 
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
@@ -533,3 +550,55 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
         raise InvalidInput(problems)
     return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,
                    environ=_environment(environ, inp.environment), space=space)
+
+
+def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
+                budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
+                suggest_settings: bool = False):
+    """A Megatron training log against the estimate of the configuration it logged.
+
+    The configuration is rebuilt from the log's arguments block and estimated through
+    ``evaluate``; each rank's ``report_memory`` peaks are set beside its pipeline stage's
+    estimate, and each CUDA out-of-memory message beside the verdict.  Without a budget, a log
+    that ran out of memory is judged against the GPU's total capacity its message names.
+    Returns ``results.comparison.LogComparison``; never raises for bad input."""
+    from pathlib import Path
+
+    from megatron_estimator.model.overhead import Overheads, communicators
+    from megatron_estimator.results import comparison
+
+    name = str(path)
+    if not Path(path).exists():
+        verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
+        return comparison.LogComparison(name, verdict)
+    inp, problems, log = _log_input(path)
+    notes: list[str] = []
+    if budget is None and log.out_of_memory:
+        budget = max(o.total_capacity for o in log.out_of_memory)
+        budget_source = f"the total capacity the out-of-memory message names ({log.out_of_memory[0].location})"
+    overheads = overheads or Overheads()
+    verdict = evaluate(inp, world_size=world_size, world_size_source="--world-size" if world_size else None,
+                       budget=budget, budget_source=budget_source, overheads=overheads, environ=environ,
+                       problems=problems)
+    if verdict.estimate is None:
+        return comparison.LogComparison(name, verdict)
+    estimate = verdict.estimate
+    tp_pp_dp = bool(inp.raw.value("use_tp_pp_dp_mapping", False))
+    if not log.memory:
+        notes.append("the log has no report_memory lines ('[Rank N] ... memory (MB) | allocated: ...'), "
+                     "which Megatron prints after the first iterations and every --log-memory-interval")
+    beyond = sorted({r.rank for r in log.memory if r.rank >= estimate.world_size})
+    if beyond:
+        notes.append(f"ranks {beyond} are outside the world size {estimate.world_size}: not compared")
+    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp)
+    ooms = comparison.compare_ooms(log, estimate, tp_pp_dp)
+    suggested = None
+    if suggest_settings:
+        from types import SimpleNamespace
+
+        # The communicators the estimate adds NCCL buffers for (model/stage.py).
+        layout = SimpleNamespace(**estimate.parallelism)
+        count = len(communicators(layout, bool(inp.raw.value("num_experts"))))
+        suggested = comparison.suggest_settings(log, ranks, count, overheads.cuda_context_bytes,
+                                                overheads.nccl_bytes_per_communicator, overheads.fragmentation)
+    return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))

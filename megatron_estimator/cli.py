@@ -135,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "fast links (default 8)")
     _model_source(p)
     p.add_argument("inputs", nargs=argparse.REMAINDER, metavar="[FILE] [-- MEGATRON_FLAGS]")
+
+    p = sub.add_parser("compare", help="compare a Megatron training log's measured memory with the estimate",
+                       description="Rebuild the configuration from a Megatron training log's arguments block, "
+                                   "estimate it, and set each rank's logged max allocated / max reserved "
+                                   "(report_memory lines) beside its pipeline stage's estimate, and each CUDA "
+                                   "out-of-memory message beside the verdict. Exit 0 when compared, 2 on "
+                                   "invalid input (a log without an arguments block).",
+                       allow_abbrev=False)
+    _common(p)
+    p.add_argument("--suggest-settings", action="store_true",
+                   help="print the [tool.megatron-estimator] fragmentation, cuda-context and nccl-buffers "
+                        "the logged reserved-vs-allocated gaps imply, each with how it was derived")
+    p.add_argument("log", metavar="LOG")
     return parser
 
 
@@ -351,7 +364,22 @@ def cmd_plan(ns, environ) -> int:
     return EXIT_FITS if result.fits else EXIT_OVER_BUDGET
 
 
-COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan}
+def cmd_compare(ns, environ) -> int:
+    from megatron_estimator.api import compare_log
+    from megatron_estimator.report.compare import RENDERERS
+
+    settings, failed = _settings(ns, environ, sys.stdout)
+    if failed is not None:
+        return failed
+    options = _estimate_options(settings)
+    result = compare_log(ns.log, world_size=ns.world_size, environ=environ,
+                         suggest_settings=ns.suggest_settings, **options)
+    _emit(RENDERERS[settings.format](result), sys.stdout)
+    return result.exit_code
+
+
+COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan,
+            "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
