@@ -101,7 +101,8 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
-    from megatron_estimator.inputs.launch import parse_launch_command, unknown_world_size_problem
+    from megatron_estimator.inputs.launch.command import unknown_world_size_problem
+    from megatron_estimator.inputs.launch.walk import parse_launch_command
 
     env = dict(os.environ if environ is None else environ)
     command, problems = parse_launch_command(list(argv), env)
@@ -171,7 +172,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         loaded = load_megatron_yaml(path, env)
         return TrainingInput(loaded.raw, source=name), tuple(loaded.problems)
     if kind == "shell":
-        from megatron_estimator.inputs.bash.reader import load_launch_script
+        from megatron_estimator.inputs.launch.script import load_launch_script
 
         script, problems = load_launch_script(path, env, script_args=script_args, world_size_given=world_size_given)
         if script is None or script.command is None or script.command.script is None:

@@ -263,7 +263,7 @@ def cmd_estimate(ns, environ) -> int:
 
 def cmd_run(ns, environ) -> int:
     from megatron_estimator.api import evaluate, input_from_launch
-    from megatron_estimator.inputs.launch import resolve_world_size
+    from megatron_estimator.inputs.launch.command import resolve_world_size
 
     argv = _strip_separator(ns.launch)
     if not argv:
@@ -286,7 +286,7 @@ def cmd_run(ns, environ) -> int:
 
 def _launch(command) -> int:
     """exec the launch command; returns only when it cannot be run (exit 2, one message)."""
-    from megatron_estimator.inputs.launch import exec_launch
+    from megatron_estimator.inputs.launch.execute import exec_launch
 
     try:
         exec_launch(command)
