@@ -298,40 +298,8 @@ def _launch(command) -> int:
     return EXIT_INVALID   # not reached: exec replaces the process
 
 
-# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
-# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
-_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
-                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
-
-
-def _not_a_training_input(path: str) -> str | None:
-    """Why ``check --skip-unknown`` passes over this file, or None to check it.
-
-    A file that is missing or unreadable is checked (and reported), never passed over."""
-    import re
-    from pathlib import Path
-
-    from megatron_estimator.inputs.detect import detect_format
-
-    if not Path(path).exists() or not os.access(path, os.R_OK):
-        return None
-    kind = detect_format(path)
-    if kind == "shell":
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            # Comments say nothing about what the script runs.
-            code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
-                             if not line.lstrip().startswith("#"))
-        if re.search(_TRAINING_LAUNCH_MARK, code) is None:
-            return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
-                   "--num-attention-heads or --yaml-cfg in it)"
-        return None
-    if kind == "unknown":
-        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
-    return None
-
-
 def cmd_check(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_file
+    from megatron_estimator.api import evaluate, file_skip_reason, input_from_file
     from megatron_estimator.results.estimate import Verdict
 
     settings, settings_problems = _options(ns, environ)
@@ -340,7 +308,7 @@ def cmd_check(ns, environ) -> int:
     # next source): every problem at once.
     verdicts = [Verdict("megatron-estimator settings", problems=tuple(settings_problems))] if settings_problems else []
     for path in ns.files:
-        skipped = _not_a_training_input(path) if ns.skip_unknown else None
+        skipped = file_skip_reason(path) if ns.skip_unknown else None
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue

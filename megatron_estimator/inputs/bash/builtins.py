@@ -130,7 +130,7 @@ def _b_cd(interp, fields, node, env):
         interp.state.cwd = os.path.normpath(os.path.join(cwd or "/", target))
     if interp.state.cwd is not None:
         old = interp.state.vars.get("PWD")
-        # the shell keeps PWD itself: not a setting the script makes for the launch (origin None)
+        # the shell keeps PWD itself: not a setting the script makes for the commands it runs (origin None)
         interp.state.vars["PWD"] = Var((lit_seg(interp.state.cwd, node.origin),), old.exported if old else True, False,
                                        None)
     else:

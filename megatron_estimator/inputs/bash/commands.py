@@ -3,7 +3,7 @@
 The reader runs no program.  Where bash would start one (anything that is not a builtin or a
 function of the script), it hands an ``ExecutedCommand`` to the caller's ``CommandVisitor``,
 in the order bash would run them, and goes on as if the program had run.  What the caller
-makes of a command (a launch, a tool it knows, nothing) is none of the reader's business.
+makes of a command is none of the reader's business.
 """
 
 from __future__ import annotations

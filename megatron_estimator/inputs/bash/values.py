@@ -43,7 +43,7 @@ class Seg:
     text: str
     origins: tuple[Origin, ...]      # one per character (one for an unknown segment)
     cause: Cause | None = None       # unknown: ``text`` is the source spelling
-    via: str | None = None           # the inherited variable (environment, #SBATCH) it came from
+    via: str | None = None           # the inherited variable (from the environment the caller gave) it came from
 
 
 Scalar = tuple  # tuple[Seg, ...]
