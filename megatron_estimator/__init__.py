@@ -15,16 +15,8 @@ __all__ = ["estimate", "InvalidInput", "Problem", "Estimate", "StageEstimate", "
 
 
 def __getattr__(name):
-    if name == "estimate":
-        from megatron_estimator.api import estimate
+    if name in ("estimate", "InvalidInput", "Problem", "Estimate", "StageEstimate", "Verdict", "Assumption"):
+        from megatron_estimator import api
 
-        return estimate
-    if name in ("InvalidInput", "Problem"):
-        from megatron_estimator.core import problems as errors
-
-        return getattr(errors, name)
-    if name in ("Estimate", "StageEstimate", "Verdict", "Assumption"):
-        from megatron_estimator.results import estimate as results
-
-        return getattr(results, name)
+        return getattr(api, name)
     raise AttributeError(f"module 'megatron_estimator' has no attribute {name!r}")

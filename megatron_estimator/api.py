@@ -8,18 +8,28 @@
 
 Invalid input raises ``megatron_estimator.InvalidInput`` carrying every problem.  The CLI,
 the pytest plugin and the planner are built on ``load_input`` and ``evaluate``.
+
+This module is the front's one door to the layers below (DEVELOPERS.md, "Layout"): the CLI,
+the settings and the pytest plugin import only it, ``report`` and ``core``.  What every front
+needs resolved the same way lives here once: the budget (``budget_bytes``), the world size
+(``world_size_for``), the overhead assumptions (``overheads_from_settings``), the GPU catalog
+(``lookup_gpu``) and the launch itself (``exec_launch``).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.results.estimate import Estimate, Verdict
+from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
+
+__all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
+           "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
+           "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
+           "flash_attn_version", "not_a_training_input", "exec_launch"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      locations: Sequence[str] | None = None, source: str = "command line"
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
 
     yaml_path = None
     if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
@@ -144,6 +154,8 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
+    from pathlib import Path
+
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
     name = str(path)
@@ -166,11 +178,19 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
             loaded.problems + flag_problems)
 
 
-def file_skip_reason(path: str | os.PathLike) -> str | None:
-    """Why ``check --skip-unknown`` passes over this file (not a training input), or None to check it."""
-    from megatron_estimator.inputs.registry import skip_reason
+def input_from_log(path: str | os.PathLike) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
+    inp, problems, _ = _log_input(path)
+    return inp, problems
 
-    return skip_reason(path)
+
+def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+    from megatron_estimator.inputs.megatron_log import read_megatron_log
+
+    log = read_megatron_log(path)
+    inp = TrainingInput(log.raw, source=str(path), world_size=log.world_size,
+                        world_size_source=log.world_size_location, notes=log.notes)
+    return inp, log.problems, log
 
 
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
@@ -228,38 +248,298 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
              environ: Mapping[str, str] | None = None, overheads=None) -> Estimate:
     """Estimate per-stage memory; raises InvalidInput with every problem found."""
     argument_problems: list[Problem] = []
+    budget_source = None
     try:
-        budget_bytes, budget_source = _budget(budget)
+        if budget is not None:
+            budget, budget_source = budget_bytes(budget), f"{budget} bytes" if isinstance(budget, int) \
+                else f"budget {budget}"
     except InvalidInput as err:
         argument_problems += err.problems
-        budget_bytes, budget_source = None, None
+        budget = None
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         argument_problems.append(Problem("invalid-world-size", "world_size",
                                          f"world_size must be a positive integer, not {world_size!r}"))
         world_size = None
     inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None)
     verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
-                       budget=budget_bytes, budget_source=budget_source, overheads=overheads,
+                       budget=budget, budget_source=budget_source, overheads=overheads,
                        environ=environ, problems=tuple(argument_problems) + tuple(problems))
     if verdict.estimate is None:
         raise InvalidInput(verdict.problems)
     return verdict.estimate
 
 
-def _budget(budget: int | str | None) -> tuple[int | None, str | None]:
-    """Bytes (an int) or a size (``"80GiB"``); InvalidInput when it is neither or not positive."""
-    if budget is None:
-        return None, None
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        if budget <= 0:
-            raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget} bytes must be positive")])
-        return budget, f"{budget} bytes"
+# ---------------------------------------------------------------------------------------
+# What every front resolves once, the same way: the budget, the world size, the overheads.
+
+def budget_bytes(value: Any, location: str = "budget") -> int:
+    """A budget as bytes: an int, or a size (``"80GiB"``, ``"80GB"``, ``"81920MiB"``);
+    InvalidInput (``invalid-budget`` at ``location``) when it is neither or not positive.
+    The API's ``budget=``, the pytest plugin's sources and the planner all read budgets here;
+    the settings (``settings.py``) read theirs as a byte-size setting with the same units."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise InvalidInput([Problem("invalid-budget", location, f"budget {value} bytes must be positive")])
+        return value
     from megatron_estimator.core.units import parse_bytes
 
-    if isinstance(budget, bool) or not isinstance(budget, (str, float)):
-        raise InvalidInput([Problem("invalid-budget", "budget",
-                                    f"budget must be bytes (an int) or a size such as '80GiB', not {budget!r}")])
-    size = parse_bytes(str(budget), location="budget")
+    if isinstance(value, bool) or not isinstance(value, (str, float)):
+        raise InvalidInput([Problem("invalid-budget", location,
+                                    f"budget must be bytes (an int) or a size such as '80GiB', not {value!r}")])
+    size = parse_bytes(str(value), location=location)
     if size <= 0:
-        raise InvalidInput([Problem("invalid-budget", "budget", f"budget {budget!r} must be more than 0 bytes")])
-    return size, f"budget {budget}"
+        raise InvalidInput([Problem("invalid-budget", location, f"budget {value!r} must be more than 0 bytes")])
+    return size
+
+
+def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
+                   environ: Mapping[str, str] | None = None, say_launch: bool = False
+                   ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
+    """The world size to estimate on, where it came from, and any problem with it.
+
+    The first source that gives one wins: ``given`` (``--world-size``, the ``world_size``
+    argument); ``WORLD_SIZE`` in ``environ``, passed only by the fronts whose environment
+    is the job's own (``estimate`` and ``plan`` on the command line); the input's own (the
+    launcher's ``--nproc-per-node x --nnodes``, a seed YAML's ``world_size``, a launch
+    script's).  None of them: ``config.resolve`` takes the smallest world the layout needs
+    (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
+    input is not read yet, its own size is not asked).  ``say_launch``
+    (``run``): a given size's source also names what the launch command itself says."""
+    if given is not None:
+        source = given_source or "--world-size"
+        if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
+            source += f" (the launch command itself says {inp.world_size}: {inp.world_size_source})"
+        return given, source, ()
+    if environ is not None and environ.get("WORLD_SIZE") is not None:
+        raw = environ["WORLD_SIZE"]
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            return None, None, (Problem("invalid-world-size", "WORLD_SIZE",
+                                        f"WORLD_SIZE={raw!r} is not a positive integer"),)
+        return value, f"WORLD_SIZE={value} in the environment", ()
+    return (inp.world_size, inp.world_size_source, ()) if inp is not None else (None, None, ())
+
+
+def overheads_from_settings(settings: Any, gpu: Any = None):
+    """The overhead assumptions (``model.overhead.Overheads``) that ``settings`` (a
+    ``settings.Settings``) give, for ``gpu`` (a ``GpuSpec``; default: the settings' GPU)."""
+    from megatron_estimator.model.overhead import Overheads
+
+    gpu = settings.gpu if gpu is None else gpu
+    return Overheads(
+        cuda_context_bytes=settings.cuda_context,
+        nccl_bytes_per_communicator=settings.nccl_buffers,
+        fragmentation=settings.fragmentation,
+        routing_imbalance=settings.routing_imbalance,
+        flash_attn=settings.flash_attn,
+        resume=settings.resume,
+        compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
+        gpu_known=gpu is not None,
+    )
+
+
+def lookup_gpu(name: str, location: str = "--gpu"):
+    """The GPU catalog's entry (``megatron.gpus.GpuSpec``) for ``name``; InvalidInput
+    (``unknown-gpu`` / ``ambiguous-gpu``) naming ``location``."""
+    from megatron_estimator.megatron.gpus import lookup_gpu as catalog_lookup
+
+    return catalog_lookup(name, location=location)
+
+
+def flash_attn_version(text: str) -> tuple[int, ...] | None:
+    """``2.7.4.post1`` -> ``(2, 7, 4)``: a flash-attn version as the estimator compares them."""
+    from megatron_estimator.core.versions import version_tuple
+
+    return version_tuple(text)
+
+
+def not_a_training_input(path: str) -> str | None:
+    """Why ``check --skip-unknown`` passes over this file, or None to check it (the reader of
+    its kind says; a missing or unreadable file is checked and reported, never passed over)."""
+    from megatron_estimator.inputs.registry import skip_reason
+
+    return skip_reason(path)
+
+
+def exec_launch(command: Any) -> None:
+    """Replace this process with the launch command (``inputs.launch.command.LaunchCommand``):
+    the same argv, the same environment.  Returns only by raising OSError."""
+    from megatron_estimator.inputs.launch.execute import exec_launch as replace_process
+
+    replace_process(command)
+
+
+# -------------------------------------------------------------------------------------------
+# The planner, wired to the inputs and the normal path
+
+
+def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
+               hf_config: str | None = None, environ: Mapping[str, str] | None = None
+               ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """The model as a ``TrainingInput``: Megatron flags, a mapping, a file (seed or Megatron
+    YAML, launch script, HF config.json), a ``TrainingInput``, or a preset (``preset=``, or
+    ``model`` a string that is no existing path, path separator or file suffix: ``deepseek-v3``)
+    or a HF config (``hf_config=``).  ``extra_flags`` (Megatron flags) add to it or override
+    it: a preset or a HF config gives the architecture, the flags the training settings
+    (``input_from_model``)."""
+    if (preset is None and hf_config is None and isinstance(model, str) and not model.startswith("-")
+            and not os.path.exists(model) and os.sep not in model
+            and not model.endswith((".json", ".yaml", ".yml", ".sh", ".toml"))):
+        preset = model
+    if preset is not None or hf_config is not None:
+        return input_from_model(list(extra_flags), hf_config=hf_config, model=preset, environ=environ)
+    if model is None:
+        return input_from_flags(list(extra_flags), environ=environ)
+    if isinstance(model, TrainingInput):
+        inp, problems = model, ()
+    else:
+        inp, problems = load_input(model, environ=environ)
+    if extra_flags:
+        flag_input, flag_problems = input_from_flags(list(extra_flags), environ=environ)
+        inp = replace(inp, raw=inp.raw.merged(flag_input.raw), source=f"{inp.source} + command line")
+        problems = tuple(problems) + tuple(flag_problems)
+    return inp, tuple(problems)
+
+
+def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
+         budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
+         preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
+         space=None, proxy=None, overheads=None, environ: Mapping[str, str] | None = None, verify: bool = True):
+    """Every layout of the model (``plan_input``) on ``world_size`` GPUs that Megatron accepts
+    and that fits the budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``),
+    ranked by the throughput proxy (``planner.search``): a ``results.plan.Plan``.  The best
+    ``top`` (all with None) become candidates; with ``verify`` each is re-estimated through
+    ``evaluate`` (its ``estimate``), and its figures must agree.  Raises InvalidInput with
+    every problem of the input; a plan where nothing fits has ``fitting == 0``."""
+    import time
+
+    from megatron_estimator.core.units import parse_bytes
+    from megatron_estimator.megatron.gpus import lookup_gpu
+    from megatron_estimator.model.overhead import Overheads
+    from megatron_estimator.planner.search import search
+    from megatron_estimator.results.plan import ProxyAssumptions, SearchSpace
+
+    started = time.perf_counter()
+    problems: list[Problem] = []
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        problems.append(Problem("out-of-range", "--world-size", f"world size {world_size!r} must be a positive integer"))
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
+        problems.append(Problem("out-of-range", "--global-batch-size",
+                                f"global batch size {global_batch_size!r} must be a positive integer"))
+    gpu_spec = None
+    if gpu is not None:
+        try:
+            gpu_spec = lookup_gpu(gpu)
+        except InvalidInput as err:
+            problems += err.problems
+    budget_bytes = None
+    if budget is not None:
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            budget_bytes, budget_source = budget, budget_source or f"{budget} bytes"
+        else:
+            try:
+                budget_bytes = parse_bytes(str(budget), location="budget")
+                budget_source = budget_source or f"budget {budget}"
+            except InvalidInput as err:
+                problems += err.problems
+    elif gpu_spec is not None:
+        budget_bytes, budget_source = gpu_spec.total_memory_bytes, budget_source or f"{gpu_spec.name} capacity"
+    elif gpu is None:
+        problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
+    if budget_bytes is not None and budget_bytes <= 0:
+        problems.append(Problem("out-of-range", "--budget", f"budget {budget_bytes} bytes must be positive"))
+    inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
+                                     environ=environ)
+    problems += input_problems
+    if problems:
+        raise InvalidInput(problems)
+    if overheads is None:
+        overheads = Overheads(compute_capability=gpu_spec.compute_capability_value if gpu_spec else 9.0,
+                              gpu_known=gpu_spec is not None)
+    # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
+    # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
+    overheads = replace(overheads, resume="no")
+    env = _environment(environ, inp.environment)
+
+    def verifier(raw: RawArgs) -> Verdict:
+        return evaluate(replace(inp, raw=raw), world_size=world_size, world_size_source="--world-size",
+                        budget=budget_bytes, budget_source=budget_source, overheads=overheads, environ=env)
+
+    return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_bytes,
+                  budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),
+                  proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
+
+
+def search_space(**bounds):
+    """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
+    from megatron_estimator.results.plan import SearchSpace
+
+    return SearchSpace(**bounds)
+
+
+def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
+                    space=None, environ: Mapping[str, str] | None = None):
+    """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
+    (``planner.search.layouts``)."""
+    from megatron_estimator.planner.search import layouts
+
+    inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    if problems:
+        raise InvalidInput(problems)
+    return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,
+                   environ=_environment(environ, inp.environment), space=space)
+
+
+def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
+                budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
+                suggest_settings: bool = False):
+    """A Megatron training log against the estimate of the configuration it logged.
+
+    The configuration is rebuilt from the log's arguments block and estimated through
+    ``evaluate``; each rank's ``report_memory`` peaks are set beside its pipeline stage's
+    estimate, and each CUDA out-of-memory message beside the verdict.  Without a budget, a log
+    that ran out of memory is judged against the GPU's total capacity its message names.
+    Returns ``results.comparison.LogComparison``; never raises for bad input."""
+    from pathlib import Path
+
+    from megatron_estimator.model.overhead import Overheads, communicators
+    from megatron_estimator.results import comparison
+
+    name = str(path)
+    if not Path(path).exists():
+        verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
+        return comparison.LogComparison(name, verdict)
+    inp, problems, log = _log_input(path)
+    notes: list[str] = []
+    if budget is None and log.out_of_memory:
+        budget = max(o.total_capacity for o in log.out_of_memory)
+        budget_source = f"the total capacity the out-of-memory message names ({log.out_of_memory[0].location})"
+    overheads = overheads or Overheads()
+    verdict = evaluate(inp, world_size=world_size, world_size_source="--world-size" if world_size else None,
+                       budget=budget, budget_source=budget_source, overheads=overheads, environ=environ,
+                       problems=problems)
+    if verdict.estimate is None:
+        return comparison.LogComparison(name, verdict)
+    estimate = verdict.estimate
+    tp_pp_dp = bool(inp.raw.value("use_tp_pp_dp_mapping", False))
+    if not log.memory:
+        notes.append("the log has no report_memory lines ('[Rank N] ... memory (MB) | allocated: ...'), "
+                     "which Megatron prints after the first iterations and every --log-memory-interval")
+    beyond = sorted({r.rank for r in log.memory if r.rank >= estimate.world_size})
+    if beyond:
+        notes.append(f"ranks {beyond} are outside the world size {estimate.world_size}: not compared")
+    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp)
+    ooms = comparison.compare_ooms(log, estimate, tp_pp_dp)
+    suggested = None
+    if suggest_settings:
+        from types import SimpleNamespace
+
+        # The communicators the estimate adds NCCL buffers for (model/stage.py).
+        layout = SimpleNamespace(**estimate.parallelism)
+        count = len(communicators(layout, bool(inp.raw.value("num_experts"))))
+        suggested = comparison.suggest_settings(log, ranks, count, overheads.cuda_context_bytes,
+                                                overheads.nccl_bytes_per_communicator, overheads.fragmentation)
+    return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))

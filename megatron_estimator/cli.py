@@ -135,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "fast links (default 8)")
     _model_source(p)
     p.add_argument("inputs", nargs=argparse.REMAINDER, metavar="[FILE] [-- MEGATRON_FLAGS]")
+
+    p = sub.add_parser("compare", help="compare a Megatron training log's measured memory with the estimate",
+                       description="Rebuild the configuration from a Megatron training log's arguments block, "
+                                   "estimate it, and set each rank's logged max allocated / max reserved "
+                                   "(report_memory lines) beside its pipeline stage's estimate, and each CUDA "
+                                   "out-of-memory message beside the verdict. Exit 0 when compared, 2 on "
+                                   "invalid input (a log without an arguments block).",
+                       allow_abbrev=False)
+    _common(p)
+    p.add_argument("--suggest-settings", action="store_true",
+                   help="print the [tool.megatron-estimator] fragmentation, cuda-context and nccl-buffers "
+                        "the logged reserved-vs-allocated gaps imply, each with how it was derived")
+    p.add_argument("log", metavar="LOG")
     return parser
 
 
@@ -170,29 +183,15 @@ def _options(ns: argparse.Namespace, environ):
     return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
 
 
-def _overheads(settings):
-    from megatron_estimator.model.overhead import Overheads
-
-    gpu = settings.gpu
-    return Overheads(
-        cuda_context_bytes=settings.cuda_context,
-        nccl_bytes_per_communicator=settings.nccl_buffers,
-        fragmentation=settings.fragmentation,
-        routing_imbalance=settings.routing_imbalance,
-        flash_attn=settings.flash_attn,
-        resume=settings.resume,
-        compute_capability=gpu.compute_capability_value if gpu is not None else 9.0,
-        gpu_known=gpu is not None,
-    )
-
-
 def _estimate_options(settings) -> dict:
     """The budget (with where it came from) and the overhead assumptions for ``api.evaluate``."""
+    from megatron_estimator.api import overheads_from_settings
+
     budget = settings.budget
     return {
         "budget": budget,
         "budget_source": settings.source("budget") if budget is not None else None,
-        "overheads": _overheads(settings),
+        "overheads": overheads_from_settings(settings),
     }
 
 
@@ -204,7 +203,7 @@ def _render(verdicts, fmt: str) -> str:
 
 def _settings(ns: argparse.Namespace, environ, stream):
     """(settings, None), or (settings, exit code) after reporting bad settings on ``stream``."""
-    from megatron_estimator.results.estimate import Verdict
+    from megatron_estimator.api import Verdict
 
     settings, problems = _options(ns, environ)
     if not problems:
@@ -216,30 +215,15 @@ def _settings(ns: argparse.Namespace, environ, stream):
 def _with_settings_problems(verdict, problems):
     """The verdict on an input, refused with the bad settings' problems ahead of its own: every
     problem at once (the settings fell back to their next source to check the input)."""
-    from megatron_estimator.results.estimate import Verdict
+    from megatron_estimator.api import Verdict
 
     if not problems:
         return verdict
     return Verdict(verdict.source, problems=tuple(problems) + tuple(verdict.problems), notes=verdict.notes)
 
 
-def _world_size_from_env(environ) -> tuple[int | None, str | None, list]:
-    from megatron_estimator.core.problems import Problem
-
-    raw = environ.get("WORLD_SIZE")
-    if raw is None:
-        return None, None, []
-    try:
-        value = int(raw)
-        if value < 1:
-            raise ValueError
-    except ValueError:
-        return None, None, [Problem("invalid-world-size", "WORLD_SIZE", f"WORLD_SIZE={raw!r} is not a positive integer")]
-    return value, f"WORLD_SIZE={value} in the environment", []
-
-
 def cmd_estimate(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_flags, input_from_model
+    from megatron_estimator.api import evaluate, input_from_flags, input_from_model, world_size_for
 
     settings, settings_problems = _options(ns, environ)
     args = _strip_separator(ns.megatron_args)
@@ -250,10 +234,8 @@ def cmd_estimate(ns, environ) -> int:
                          "or --model / --hf-config")
     else:
         inp, problems = input_from_flags(args, environ=environ)
-    world, world_source = ns.world_size, "--world-size" if ns.world_size else None
-    if world is None:
-        world, world_source, env_problems = _world_size_from_env(environ)
-        problems = tuple(problems) + tuple(env_problems)
+    world, world_source, world_problems = world_size_for(inp, ns.world_size, environ=environ)
+    problems = tuple(problems) + world_problems
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
@@ -262,15 +244,15 @@ def cmd_estimate(ns, environ) -> int:
 
 
 def cmd_run(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_launch
-    from megatron_estimator.inputs.launch.command import resolve_world_size
+    from megatron_estimator.api import evaluate, input_from_launch, world_size_for
 
     argv = _strip_separator(ns.launch)
     if not argv:
         raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
     settings, settings_problems = _options(ns, environ)
     inp, problems, command = input_from_launch(argv, environ=environ)
-    world, world_source = resolve_world_size(command, ns.world_size)
+    world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
+                                            say_launch=True)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
@@ -286,7 +268,7 @@ def cmd_run(ns, environ) -> int:
 
 def _launch(command) -> int:
     """exec the launch command; returns only when it cannot be run (exit 2, one message)."""
-    from megatron_estimator.inputs.launch.execute import exec_launch
+    from megatron_estimator.api import exec_launch
 
     try:
         exec_launch(command)
@@ -299,8 +281,7 @@ def _launch(command) -> int:
 
 
 def cmd_check(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, file_skip_reason, input_from_file
-    from megatron_estimator.results.estimate import Verdict
+    from megatron_estimator.api import Verdict, evaluate, input_from_file, not_a_training_input, world_size_for
 
     settings, settings_problems = _options(ns, environ)
     fmt = settings.format
@@ -308,13 +289,13 @@ def cmd_check(ns, environ) -> int:
     # next source): every problem at once.
     verdicts = [Verdict("megatron-estimator settings", problems=tuple(settings_problems))] if settings_problems else []
     for path in ns.files:
-        skipped = file_skip_reason(path) if ns.skip_unknown else None
+        skipped = not_a_training_input(path) if ns.skip_unknown else None
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
         inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
                                              world_size_given=ns.world_size is not None)
-        world, world_source = (ns.world_size, "--world-size") if ns.world_size is not None else (None, None)
+        world, world_source, _ = world_size_for(inp, ns.world_size)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, **_estimate_options(settings)))
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
@@ -337,9 +318,9 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
 
 
 def cmd_plan(ns, environ) -> int:
+    from megatron_estimator.api import overheads_from_settings, plan, plan_input, search_space, world_size_for
     from megatron_estimator.core.problems import InvalidInput, Problem
     from megatron_estimator.report.plan import RENDERERS, render_invalid
-    from megatron_estimator.planner.search import SearchSpace, plan, plan_input
 
     settings, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:
@@ -351,10 +332,8 @@ def cmd_plan(ns, environ) -> int:
         problems.append(Problem("out-of-range", "--top", f"--top {ns.top} must be at least 1"))
     if ns.gpus_per_node is not None and ns.gpus_per_node < 1:
         problems.append(Problem("out-of-range", "--gpus-per-node", f"--gpus-per-node {ns.gpus_per_node} must be at least 1"))
-    world = ns.world_size
-    if world is None:
-        world, _, env_problems = _world_size_from_env(environ)
-        problems += env_problems
+    world, _, world_problems = world_size_for(None, ns.world_size, environ=environ)
+    problems += world_problems
     gbs = ns.global_batch_size
     if world is None or gbs is None:
         # The input may say: a launch script or seed YAML gives the world size, the flags the batch.
@@ -372,11 +351,11 @@ def cmd_plan(ns, environ) -> int:
     if problems:
         _emit(render_invalid(problems, fmt), sys.stdout)
         return EXIT_INVALID
-    space = SearchSpace(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else SearchSpace()
+    space = search_space(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else search_space()
     try:
         result = plan(path, world_size=world, global_batch_size=gbs, budget=settings.budget,
                       budget_source=settings.source("budget"), extra_flags=flags, preset=ns.model,
-                      hf_config=ns.hf_config, top=ns.top, space=space, overheads=_overheads(settings),
+                      hf_config=ns.hf_config, top=ns.top, space=space, overheads=overheads_from_settings(settings),
                       environ=environ)
     except InvalidInput as err:
         _emit(render_invalid(err.problems, fmt, searched=getattr(err, "searched", 0)), sys.stdout)
@@ -385,7 +364,22 @@ def cmd_plan(ns, environ) -> int:
     return EXIT_FITS if result.fits else EXIT_OVER_BUDGET
 
 
-COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan}
+def cmd_compare(ns, environ) -> int:
+    from megatron_estimator.api import compare_log
+    from megatron_estimator.report.compare import RENDERERS
+
+    settings, failed = _settings(ns, environ, sys.stdout)
+    if failed is not None:
+        return failed
+    options = _estimate_options(settings)
+    result = compare_log(ns.log, world_size=ns.world_size, environ=environ,
+                         suggest_settings=ns.suggest_settings, **options)
+    _emit(RENDERERS[settings.format](result), sys.stdout)
+    return result.exit_code
+
+
+COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan,
+            "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

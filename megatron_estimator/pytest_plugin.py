@@ -152,22 +152,14 @@ def _run_sources(config: pytest.Config) -> tuple[BudgetSource, ...]:
 
 def _bytes_source(value: Any, location: str, shown: str) -> BudgetSource:
     """``value`` as a budget (int bytes or text); raises InvalidInput naming ``location``."""
-    from megatron_estimator.core.problems import InvalidInput, Problem
-    from megatron_estimator.core.units import parse_bytes
+    from megatron_estimator.api import budget_bytes
 
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise InvalidInput([Problem("invalid-budget", location, f"a budget is bytes as an int or text "
-                                    f"such as 80GiB, not {type(value).__name__} {value!r}")])
-    number = value if isinstance(value, int) else parse_bytes(value, location=location)
-    if number <= 0:
-        raise InvalidInput([Problem("invalid-budget", location,
-                                    f"a budget must be more than 0 bytes, not {value!r}")])
-    return BudgetSource(shown, bytes=number)
+    return BudgetSource(shown, bytes=budget_bytes(value, location))
 
 
 def _gpu_source(name: str, location: str, shown: str) -> BudgetSource:
     """The GPU ``name`` means as a budget source; raises InvalidInput naming ``location``."""
-    from megatron_estimator.megatron.gpus import lookup_gpu
+    from megatron_estimator.api import lookup_gpu
 
     return BudgetSource(shown, gpu=lookup_gpu(name, location=location))
 
@@ -190,8 +182,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return      # a class or module marker: tests there that use no GPU are left alone
         pytest.fail(f"{where}: the test uses neither the megatron_memory nor the megatron_gpu "
                     f"fixture, so the GPUs would change nothing", pytrace=False)
+    from megatron_estimator.api import lookup_gpu
     from megatron_estimator.core.problems import InvalidInput
-    from megatron_estimator.megatron.gpus import lookup_gpu
 
     problems = []
     for name in names:
@@ -214,7 +206,7 @@ def megatron_gpu(request: pytest.FixtureRequest):
     name = getattr(request, "param", None)
     if name is None:
         return None
-    from megatron_estimator.megatron.gpus import lookup_gpu
+    from megatron_estimator.api import lookup_gpu
 
     return lookup_gpu(name, location=MARKER)
 
@@ -253,7 +245,7 @@ class MegatronMemory:
     def verdict(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                 environ: Mapping[str, str] | None = None):
         """The ``megatron_estimator.results.estimate.Verdict`` for ``config``; never fails the test."""
-        from megatron_estimator.api import evaluate, load_input
+        from megatron_estimator.api import evaluate, load_input, overheads_from_settings
 
         resolved, settings, problems = self._resolve(budget, environ)
         inp, input_problems = load_input(config, environ=environ)
@@ -268,7 +260,7 @@ class MegatronMemory:
         verdict = evaluate(inp, world_size=world_size,
                            world_size_source="world_size argument" if world_size is not None else None,
                            budget=resolved.bytes, budget_source=resolved.source,
-                           overheads=_overheads(settings, resolved.gpu), environ=environ, problems=problems)
+                           overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems)
         return verdict
 
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
@@ -338,16 +330,6 @@ def _choose(sources: list[BudgetSource]) -> Budget:
             spec = source.gpu
             return Budget(spec.total_memory_bytes, f"{spec.name} capacity ({source.where})", gpu)
     return Budget(None, None, None)
-
-
-def _overheads(settings, gpu):
-    """The overhead assumptions from the project settings, for the GPU in force."""
-    from megatron_estimator.model.overhead import Overheads
-
-    extra = {"compute_capability": gpu.compute_capability_value, "gpu_known": True} if gpu is not None else {}
-    return Overheads(cuda_context_bytes=settings.cuda_context, nccl_bytes_per_communicator=settings.nccl_buffers,
-                     fragmentation=settings.fragmentation, routing_imbalance=settings.routing_imbalance,
-                     flash_attn=settings.flash_attn, resume=settings.resume, **extra)
 
 
 def _problem_text(what: str, problems) -> str:

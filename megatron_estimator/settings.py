@@ -33,11 +33,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from megatron_estimator.config.typed import flash_attn_version_tuple
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.core.units import MiB, byte_size, format_bytes
-from megatron_estimator.megatron.gpus import GpuSpec, lookup_gpu
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
 # Variables in our namespace that are not settings: the CLI's traceback switch.
@@ -72,10 +70,12 @@ def _bytes(raw: Any) -> int:
     return byte_size(raw)
 
 
-def _gpu(raw: Any) -> GpuSpec:
+def _gpu(raw: Any) -> "GpuSpec":
     if not isinstance(raw, str):
         raise ValueError(f"must name a GPU, such as h100, not {describe_value(raw, TOML)}")
     try:
+        from megatron_estimator.api import lookup_gpu
+
         return lookup_gpu(raw)
     except InvalidInput as error:
         raise ValueError(error.problems[0].message) from None
@@ -129,7 +129,9 @@ def _flash_attn(raw: Any) -> str:
     text = raw.strip().lower() if isinstance(raw, str) else None
     if text in ("none", "absent", "not-installed"):
         return "none"
-    if text is not None and flash_attn_version_tuple(text) is not None:
+    from megatron_estimator.api import flash_attn_version
+
+    if text is not None and flash_attn_version(text) is not None:
         return text
     raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {describe_value(raw, TOML)}")
 
@@ -294,7 +296,7 @@ class SettingEntry:
 @dataclass(frozen=True)
 class Settings:
     budget: int | None
-    gpu: GpuSpec | None
+    gpu: GpuSpec | None            # megatron.gpus.GpuSpec, looked up through api.lookup_gpu
     format: str
     cuda_context: int
     nccl_buffers: int

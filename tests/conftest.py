@@ -51,7 +51,7 @@ def flags(text: str, extra: str = "") -> list[str]:
 
 
 def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: str = ""):
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
 
     raw, problems = parse_megatron_argv(flags(text, extra))
@@ -68,7 +68,7 @@ def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None
 def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None):
     """The problems validation reports, as (code, location) pairs plus the messages."""
     from megatron_estimator.core.problems import InvalidInput
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
 
     raw, parse_problems = parse_megatron_argv(shlex.split(text))

@@ -10,20 +10,42 @@ from conftest import LLAMA3_8B, TINY_GPT, estimate, resolve
 # TINY_GPT: s 32, b 2, h 64, a 4 (d 16), F 256, LayerNorm, biases, dropout 0.1, bf16.
 S, B, H, A, F = 32, 2, 64, 4, 256
 TOKENS = S * B
+VOCAB = 1024          # 1000 padded to a multiple of 128 (make_vocab_size_divisible_by x tp)
+# The last stage's loss, per microbatch: the final LayerNorm's input, output and fp32 mu/rsigma,
+# and the fp32 logits megatron/core/tensor_parallel/cross_entropy.py saves (exp in place).
+LOSS_KEPT = 2 * TOKENS * H + 2 * TOKENS * H + 8 * TOKENS + 4 * TOKENS * VOCAB
+
+
+def flash_gpt_layer_parts() -> tuple[int, int, int]:
+    """One TINY_GPT layer with Transformer Engine's flash attention, per saved tensor (bytes):
+    (norms and dropout, attention, MLP), itemised from the shape alone."""
+    # TE pytorch/module/layernorm_linear.py (LayerNormLinear forward, ctx.save_for_backward):
+    # the input (2 B), the normalized output (2 B) and mu + rsigma in fp32 (8 B per token),
+    # once before QKV and once before fc1.
+    norms = 2 * (2 * TOKENS * H + 2 * TOKENS * H + 8 * TOKENS)
+    # megatron/core/fusions/fused_bias_dropout.py (bias-dropout-add after attention and after
+    # the MLP, hidden dropout 0.1): a 1-byte mask per element each.
+    masks = 2 * (1 * TOKENS * H)
+    # megatron/core/transformer/attention.py get_query_key_value_tensors: Q, K and V are views
+    # of the QKV GEMM output [s, b, 3h] (g == a, no RoPE), so its whole storage stays alive.
+    qkv = 2 * TOKENS * 3 * H
+    # TE attention/dot_product_attention/backends.py FlashAttention: saves its output (also
+    # linear_proj's saved input) and the fp32 softmax log-sum-exp, one per head per token.
+    out = 2 * TOKENS * H
+    softmax_stats = 4 * B * A * S
+    # megatron/core/transformer/mlp.py: the fc1 output [s, b, F] for the GeLU backward
+    # (bias_gelu fusion saves its input) and the GeLU output as fc2's saved input.
+    mlp = 2 * TOKENS * F + 2 * TOKENS * F
+    return norms + masks, qkv + out + softmax_stats, mlp
 
 
 def test_flash_attention_layer():
     layer = layer_activations(resolve(TINY_GPT), 0)
-    norms = 2 * (2 * TOKENS * H + 2 * TOKENS * H + 8 * TOKENS)   # input, normalized output, mu+rsigma
-    masks = 2 * TOKENS * H                                       # two 1-byte dropout masks
-    qkv = 2 * TOKENS * 3 * H                                      # the QKV GEMM output (Q, K, V are views)
-    out = 2 * TOKENS * H
-    softmax_stats = 4 * B * A * S
-    mlp = 2 * TOKENS * F + 2 * TOKENS * F
-    assert layer.norms_and_dropout == norms + masks
-    assert layer.attention == qkv + out + softmax_stats
+    norms_and_dropout, attention, mlp = flash_gpt_layer_parts()
+    assert layer.norms_and_dropout == norms_and_dropout
+    assert layer.attention == attention
     assert layer.mlp == mlp
-    assert layer.total == 141312
+    assert layer.total == norms_and_dropout + attention + mlp
 
 
 def test_unfused_attention_adds_the_s_squared_terms():
@@ -40,11 +62,13 @@ def test_tensor_and_sequence_parallel():
     t = 2
     tp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2"), 0)
     sp = layer_activations(resolve(TINY_GPT, 2, extra="--tensor-model-parallel-size 2 --sequence-parallel"), 0)
-    # TP splits attention and MLP; the norms and dropout stay whole unless sequence parallel.
-    assert tp.norms_and_dropout == layer_activations(resolve(TINY_GPT), 0).norms_and_dropout
-    assert sp.norms_and_dropout == tp.norms_and_dropout // t
-    assert tp.mlp == (2 * TOKENS * F + 2 * TOKENS * F) // t
-    assert sp.attention == tp.attention
+    # TP splits attention and MLP (column-parallel outputs, a/t heads per rank); the norms and
+    # dropout stay whole unless sequence parallel shards them along s (Korthikanti et al. 2022).
+    norms_and_dropout, _, mlp = flash_gpt_layer_parts()
+    assert tp.norms_and_dropout == norms_and_dropout
+    assert sp.norms_and_dropout == norms_and_dropout // t
+    assert tp.mlp == sp.mlp == mlp // t
+    assert tp.attention == sp.attention == 2 * TOKENS * 3 * H // t + 2 * TOKENS * H // t + 4 * B * (A // t) * S
 
 
 def test_context_parallel_divides_the_sequence():
@@ -76,9 +100,9 @@ def test_full_recompute_keeps_group_inputs():
 
     chunk = pipeline_stages(uniform)[0].chunks[0]
     kept, recompute = chunk_activation_bytes(uniform, chunk)
-    per_layer = layer_activations(uniform, 0).total
-    embedding_mask = TOKENS * H
-    loss_kept = loss_activations(uniform)[0]
+    per_layer = sum(flash_gpt_layer_parts())         # full recompute does not change the layer itself
+    embedding_mask = TOKENS * H                        # the embedding's 1-byte dropout mask
+    loss_kept = LOSS_KEPT
     assert kept == 2 * (2 * TOKENS * H) + embedding_mask + loss_kept
     assert recompute == 2 * per_layer
 
@@ -91,17 +115,30 @@ def test_full_recompute_keeps_group_inputs():
 
 def test_loss_keeps_fp32_logits():
     kept, transient = loss_activations(resolve(TINY_GPT))
-    vocab = 1024
-    assert kept == 2 * 2 * TOKENS * H + 8 * TOKENS + 4 * TOKENS * vocab
-    assert transient == 2 * TOKENS * vocab
+    assert kept == LOSS_KEPT
+    assert transient == 2 * TOKENS * VOCAB
 
 
 def test_pipeline_stages_hold_microbatches_per_schedule():
     # pp 4, 8 microbatches: stage r holds min(4 - r, 8) microbatches of its own layers.
     est = estimate(LLAMA3_8B, 4, "--pipeline-model-parallel-size 4 --global-batch-size 8")
     assert [s.microbatches_in_flight for s in est.stages] == [(4,), (3,), (2,), (1,)]
-    middle = resolve(LLAMA3_8B, 4, extra="--pipeline-model-parallel-size 4 --global-batch-size 8")
-    per_layer = layer_activations(middle, 8).total
+    # One LLaMA-3-8B layer per microbatch, itemised like flash_gpt_layer_parts (s 8192, b 1,
+    # h 4096, a 32, g 8, d 128, F 14336, RMSNorm, RoPE, SwiGLU, dropout 0.1 by default).
+    s, b, h, a, g, d, f = 8192, 1, 4096, 32, 8, 128, 14336
+    tokens = s * b
+    # TE layernorm_linear.py with RMSNorm: input, normalized output, rsigma in fp32 (4 B).
+    norms = 2 * (2 * tokens * h + 2 * tokens * h + 4 * tokens)
+    masks = 2 * tokens * h                                  # fused_bias_dropout.py, 1-byte masks
+    # attention.py: V stays a view of the QKV output (its whole storage, (a + 2g) d wide);
+    # RoPE (apply_rotary_pos_emb) makes K and Q copies; 1 < g < a makes Q's reshape a copy too.
+    qkv_storage = 2 * tokens * (a + 2 * g) * d
+    k_rope, q_rope = 2 * tokens * g * d, 2 * tokens * a * d
+    flash = 2 * tokens * a * d + 4 * b * a * s              # output + fp32 log-sum-exp (TE backends.py)
+    # mlp.py with --swiglu and the default bias_swiglu fusion (fused_bias_swiglu.py saves its
+    # 2F-wide input): fc1 output 2F, then the SwiGLU output as fc2's input.
+    mlp = 2 * tokens * 2 * f + 2 * tokens * f
+    per_layer = norms + masks + qkv_storage + k_rope + q_rope + flash + mlp
     assert est.stages[1].bytes.activations == 3 * 8 * per_layer
     assert est.stages[2].bytes.activations == 2 * 8 * per_layer
 
@@ -113,7 +150,7 @@ def test_cpu_offloading_drops_offloaded_layers():
 
     kept_base, _ = chunk_activation_bytes(base, pipeline_stages(base)[0].chunks[0])
     kept_off, _ = chunk_activation_bytes(offloaded, pipeline_stages(offloaded)[0].chunks[0])
-    assert kept_base - kept_off == 2 * layer_activations(base, 0).total
+    assert kept_base - kept_off == 2 * sum(flash_gpt_layer_parts())
 
 
 def test_fine_grained_offloading_moves_attention_tensors():
@@ -140,7 +177,7 @@ def test_moe_routed_rows_scale_with_topk_and_capacity():
 # --- the attention kernel Transformer Engine picks in deterministic training -------------------
 
 def _kernel_and_layer(extra: str, environ: dict, capability: float | None, flash_attn: str | None):
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
 
     from conftest import flags
@@ -176,7 +213,7 @@ def test_deterministic_training_without_flash_attn_falls_back_to_unfused(extra, 
     chosen, total = _kernel_and_layer(extra, environ, capability, flash_attn)
     assert chosen == kernel
     unfused = layer_activations(resolve(TINY_GPT, extra="--attention-backend unfused"), 0).total
-    assert total == (unfused if kernel == "unfused" else 141312)
+    assert total == (unfused if kernel == "unfused" else sum(flash_gpt_layer_parts()))
 
 
 def test_the_fallback_is_explained_in_the_report():
@@ -193,6 +230,13 @@ def test_the_fallback_is_explained_in_the_report():
     [kernel] = [a.text for a in assumed.assumptions if a.key == "attention_backend"]
     assert "assumes flash-attn >= 2.4.1" in kernel and "--flash-attn none" in kernel
     [kernel] = [a.text for a in fallback.assumptions if a.key == "attention_backend"]
-    assert kernel.startswith("attention kernel: unfused (--attention-backend auto in deterministic mode on "
-                             "compute capability 8 with no flash-attn")
-    assert fallback.stages[0].bytes.activations > assumed.stages[0].bytes.activations
+    # The facts the sentence must carry: the kernel, the flag and why (deterministic mode, the
+    # compute capability given, no flash-attn), and the s^2 cost.
+    assert kernel.startswith("attention kernel: unfused")
+    for fact in ("--attention-backend auto", "deterministic mode", "compute capability 8", "no flash-attn", "s^2"):
+        assert fact in kernel, fact
+    # Unfused attention per layer keeps the bf16 softmax output, the 1-byte attention-dropout
+    # mask and the bf16 dropped-out probabilities (5 b a s^2, Korthikanti et al.) instead of
+    # flash attention's fp32 log-sum-exp (4 b a s); one microbatch of 4 layers on the one stage.
+    per_layer = 5 * B * A * S * S - 4 * B * A * S
+    assert fallback.stages[0].bytes.activations - assumed.stages[0].bytes.activations == 4 * per_layer

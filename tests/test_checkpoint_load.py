@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from megatron_estimator.megatron.flags import parse_megatron_argv
+from megatron_estimator.inputs.argv import parse_megatron_argv
 from megatron_estimator.model.layout import pipeline_stages
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.stage import estimate
@@ -104,12 +104,28 @@ def test_the_buffers_are_in_the_peak_and_the_report_says_why():
     buffers = dict(resumed.details)["checkpoint_load_buffers"]
     assert buffers > 0 and dict(fresh.details)["checkpoint_load_buffers"] == 0
     assert resumed.allocated_peak_bytes == fresh_two.allocated_peak_bytes + buffers
-    texts = [a.text for a in resumed_estimate.assumptions if a.key == "resume"]
-    assert texts == ["resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes); "
-                     "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that other ranks "
-                     "of its group hold stay allocated into the first training step (counted, an upper bound): "
-                     "2.1 MiB on stage 0 (with --ckpt-fully-parallel-load-process-group ep_dp: none)"]
-    assert buffers == 2_253_568
+    # The MOE shape by hand, per GPU (tp 2, ep 2, etp 2, no biases, 4 layers, all MoE):
+    # dense: word embeddings 1024/2 x 64, positions 32 x 64, final LayerNorm 2 x 64, and per layer
+    # two LayerNorms (2 x 2 x 64), qkv 64 x 192 / 2, proj 64 x 64 / 2, router 4 experts x 64;
+    # experts: 4 / ep 2 = 2 local experts of fc1 64 x 256 / 2 and fc2 256 x 64 / 2 per layer.
+    h, f, layers = 64, 256, 4
+    dense = 1024 // 2 * h + 32 * h + 2 * h + layers * (2 * 2 * h + h * 3 * h // 2 + h * h // 2 + 4 * h)
+    expert = layers * 2 * (h * f // 2 + f * h // 2)
+    assert exchange(config_of("--num-distributed-optimizer-instances 2"))[1:] == (dense, expert)
+    # As test_two_optimizer_instances_exchange_the_other_shards_states itemises: the other ep
+    # rank's bf16 expert weights, the fp32 main params and moments of its experts, and the other
+    # intra-instance dense shard's 12 B per parameter.
+    assert buffers == 2 * expert + 12 * expert + 12 * dense // 2
+    [text] = [a.text for a in resumed_estimate.assumptions if a.key == "resume"]
+    # The facts the report gives: where it resumes from and why (the flags), what is counted,
+    # its size on the stage in MiB (rendered to one decimal), and the other group's figure.
+    assert text.startswith("resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes)")
+    assert "--ckpt-fully-parallel-load: the broadcast buffers" in text and "(counted, an upper bound)" in text
+    assert f"{buffers / (1 << 20):.1f} MiB on stage 0" in text
+    # ep_dp: rank 7's expert data-parallel group is {3, 7} (same etp and ep); both hold the same
+    # experts, the same dense shard (dp index 1 and 3, two shards per instance) and the one expert
+    # shard per instance (edp 2 / 2 instances): nothing to receive.
+    assert text.endswith("(with --ckpt-fully-parallel-load-process-group ep_dp: none)")
     dense = estimate(config_of(text=TINY_GPT + " --tensor-model-parallel-size 2 --use-distributed-optimizer "
                                          "--load /ckpt --ckpt-fully-parallel-load"))
     assert [a.text for a in dense.assumptions if a.key == "resume"][0].endswith(

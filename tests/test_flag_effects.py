@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from megatron_estimator.megatron import flag_effects as fe
-from megatron_estimator.megatron.flags import flag_table, parse_megatron_argv
+from megatron_estimator.inputs.argv import parse_megatron_argv
+from megatron_estimator.megatron.flags import flag_table
 
 PACKAGE = Path(fe.__file__).resolve().parents[1]
 SHARED_FLAGS = Path("/work/shared/megatron/flags.tsv")
@@ -119,12 +120,11 @@ def test_modelled_dests_are_read_by_the_estimate():
 def test_memory_assumptions_for_given_dests():
     given = ["log_interval", "cuda_graph_impl", "num_layers", "moe_enable_deepep", "tp_comm_overlap_cfg",
              "moe_enable_deepep", "world_size"]
-    expected = [
-        ("--moe-enable-deepep", "DeepEP's persistent communication buffers are not modelled"),
-        ("--cuda-graph-impl", "CUDA graph static buffers and private memory pools are not modelled"),
-        ("--tp-comm-overlap-cfg", "Transformer Engine userbuffers for tensor-parallel communication overlap "
-                                  "are not modelled"),
-    ]
+    # Each flag once, in the order given, with its NOT_MODELLED entry (data/flag_effects.tsv).
+    expected = [(flag, fe.NOT_MODELLED[dest]) for flag, dest in (
+        ("--moe-enable-deepep", "moe_enable_deepep"), ("--cuda-graph-impl", "cuda_graph_impl"),
+        ("--tp-comm-overlap-cfg", "tp_comm_overlap_cfg"))]
+    assert all("not modelled" in why for _, why in expected)
     assert fe.memory_assumptions(given) == expected
     assert fe.memory_assumptions(reversed(given)) == expected
     assert fe.memory_assumptions(["num_layers", "lr", "save"]) == []
@@ -137,8 +137,7 @@ def test_memory_assumptions_name_store_false_flags_as_spelled():
 
 def test_memory_assumptions_skip_values_at_megatron_default():
     values = {"cuda_graph_impl": "none", "moe_enable_deepep": True, "manual_gc": False}
-    assert fe.memory_assumptions(values, values) == [
-        ("--moe-enable-deepep", "DeepEP's persistent communication buffers are not modelled")]
+    assert fe.memory_assumptions(values, values) == [("--moe-enable-deepep", fe.NOT_MODELLED["moe_enable_deepep"])]
     values["manual_gc"] = True
     assert [flag for flag, _ in fe.memory_assumptions(values, values)] == ["--moe-enable-deepep", "--manual-gc"]
 
@@ -171,9 +170,8 @@ def test_memory_assumptions_for_a_ci_launch():
     assert problems == ()
     values = {dest: setting.value for dest, setting in raw.settings.items()}
     assert fe.memory_assumptions(raw.settings, values) == [
-        ("--megatron-fsdp-main-grads-dtype", "Megatron-FSDP's main-gradient dtype is not modelled"),
-        ("--megatron-fsdp-grad-comm-dtype",
-         "Megatron-FSDP's gradient communication buffers in this dtype are not modelled"),
+        ("--megatron-fsdp-main-grads-dtype", fe.NOT_MODELLED["megatron_fsdp_main_grads_dtype"]),
+        ("--megatron-fsdp-grad-comm-dtype", fe.NOT_MODELLED["megatron_fsdp_grad_comm_dtype"]),
     ]
     assert len(fe.memory_assumptions(raw.settings)) == 3      # without values: the fp32 default too
 

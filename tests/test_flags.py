@@ -1,4 +1,4 @@
-"""The flag table and the Megatron command-line parser (megatron_estimator/flags.py).
+"""The flag table and the Megatron command-line parser (megatron_estimator/megatron/flags.py, megatron_estimator/inputs/argv.py).
 
 Facts checked against Megatron-LM d98e8a64: megatron/training/arguments.py (parser, converters)
 and the config dataclasses whose fields become flags (megatron/core/transformer/transformer_config.py,
@@ -21,16 +21,15 @@ from pathlib import Path
 import pytest
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.argv import conditional_flag_notes, parse_megatron_argv
 from megatron_estimator.megatron.flags import (
     CONVERTER_TYPES,
     FlagSpec,
     closest_flags,
-    conditional_flag_notes,
     convert_value,
     dest_for_option,
     eval_layer_pattern,
     flag_table,
-    parse_megatron_argv,
     read_literal,
 )
 from megatron_estimator.inputs.rawargs import RawArgs

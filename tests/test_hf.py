@@ -18,13 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.inputs.hf import (
-    SUPPORTED_MODEL_TYPES,
-    _FLAGS,
-    _layer_pattern_text,
-    load_hf_config,
-    parse_hf_config,
-)
+from megatron_estimator.inputs.hf import SUPPORTED_MODEL_TYPES, load_hf_config, parse_hf_config
+from megatron_estimator.inputs.hf.result import SUPPLIED_FLAGS, layer_pattern_text
 from megatron_estimator.inputs.presets import load_preset, preset_names
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
@@ -454,7 +449,7 @@ def test_command_line_quotes_layer_patterns():
     ],
 )
 def test_layer_pattern_text_is_megatrons_syntax(pattern, text):
-    assert _layer_pattern_text(pattern) == text
+    assert layer_pattern_text(pattern) == text
     # megatron/training/arguments.py _eval_pattern: only , digits [ ] ( ) + * are allowed.
     assert not re.search(r"[^,\d\[\]\(\)\+\*]", text)
     assert eval(text) == pattern
@@ -555,7 +550,7 @@ def test_flags_match_megatrons_argument_table():
     with table.open(newline="") as handle:
         rows = {row["flag"]: row for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)}
     actions = {"value": "store", "switch": "store_true", "off": "store_false"}
-    for flag, (dest, kind) in _FLAGS.items():
+    for flag, (dest, kind) in SUPPLIED_FLAGS.items():
         assert flag in rows, flag
         assert rows[flag]["dest"] == dest, flag
         assert rows[flag]["action"] == actions[kind], flag
@@ -597,7 +592,7 @@ _MLA_ONLY_DESTS = {
 
 
 def test_builder_knows_every_dest_the_importer_sets():
-    assert {dest for dest, _ in _FLAGS.values()} == set(_MEGATRON_ARG_DEFAULTS)
+    assert {dest for dest, _ in SUPPLIED_FLAGS.values()} == set(_MEGATRON_ARG_DEFAULTS)
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,17 @@ def test_no_pipeline_holds_one():
 def test_interleaved_rank0_peaks_at_warmup_plus_one():
     # pp 2, vpp 2, 4 microbatches, groups of 2: rank 0 warms up with
     # (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards, then holds 5 chunk-microbatches.
+    # schedules.py get_schedule_table: (mb, chunk) = (0,0) (1,0) (0,1) (1,1) | (2,0) (3,0) (2,1) (3,1).
+    # Warm-up runs the first four: chunk 0 holds 2, chunk 1 holds 2; the first steady step's
+    # forward (2,0) makes it 3 + 2 before its backward (of (0,0), i.e. chunk 1) frees one.
     inflight = microbatches_in_flight(2, 0, 2, 4, 2)
     assert inflight.warmup == 4
     assert inflight.chunk_microbatches == (3, 2)
 
 
 def test_interleaved_last_rank():
+    # Rank 1 warms up with (2 - 1 - 1) * 2 + (2 - 1) * 2 = 2 forwards, (0,0) and (1,0); the first
+    # steady forward (0,1) gives 2 + 1 before the backward of chunk 1 frees one.
     inflight = microbatches_in_flight(2, 1, 2, 4, 2)
     assert inflight.warmup == 2
     assert inflight.chunk_microbatches == (2, 1)

@@ -73,7 +73,8 @@ CASES = [
 def spec_for(text: str, extra_keys: frozenset[str] = frozenset()) -> dict:
     """The flags as a harness spec; MLA keys carry Megatron's argparse defaults (the harness
     would otherwise take MLATransformerConfig's, e.g. q_lora_rank 512 instead of None)."""
-    from megatron_estimator.megatron.flags import flag_table, parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.megatron.flags import flag_table
 
     raw, problems = parse_megatron_argv(shlex.split(text))
     assert not problems

@@ -16,7 +16,12 @@ import pytest
 
 from conftest import LLAMA3_8B, REPO, TINY_GPT, flags
 from megatron_estimator import api
-from megatron_estimator.planner import search as planner
+from megatron_estimator.planner import candidates as planner_candidates
+from megatron_estimator.planner import memory as planner_memory
+from megatron_estimator.planner import search as planner_search
+from megatron_estimator.planner import space as planner_space
+from megatron_estimator.planner import validity as planner_validity
+from megatron_estimator.results import plan as plan_records
 from megatron_estimator.api import TrainingInput
 from megatron_estimator.config.derive import derive_namespace
 from megatron_estimator.core.problems import InvalidInput
@@ -37,8 +42,8 @@ TINY_MOE = (
     "--normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights --seq-length 64 "
     "--max-position-embeddings 64 --vocab-size 1000 --bf16 --moe-grouped-gemm"
 )
-SMALL_SPACE = planner.SearchSpace(micro_batch_sizes=(1, 2), max_virtual_stages=2, block_recompute_fractions=(0.5,),
-                                  max_context_parallel=2)
+SMALL_SPACE = plan_records.SearchSpace(micro_batch_sizes=(1, 2), max_virtual_stages=2,
+                                       block_recompute_fractions=(0.5,), max_context_parallel=2)
 
 
 def _key(settings) -> tuple:
@@ -46,7 +51,7 @@ def _key(settings) -> tuple:
 
 
 def _evaluate(inp: TrainingInput, settings, world: int, budget: int):
-    raw = planner.layout_raw(inp.raw, settings)
+    raw = planner_candidates.layout_raw(inp.raw, settings)
     return api.evaluate(TrainingInput(raw, source="brute force"), world_size=world, world_size_source="test",
                         budget=budget, overheads=Overheads(), environ={})
 
@@ -55,12 +60,12 @@ def brute_force(text: str, world: int, gbs: int, budget: int, space=None):
     """Every layout of the planner's space through api.evaluate: (searched, valid, rejection
     codes, {layout: (device peak, allocated peak, peak rank)} of those that fit)."""
     argv = flags(text)
-    inp, problems = planner.plan_input(argv, environ={})
+    inp, problems = api.plan_input(argv, environ={})
     assert not problems
     searched = valid = 0
     codes: dict[str, int] = {}
     fits = {}
-    for settings in planner.search_space(argv, world_size=world, global_batch_size=gbs, space=space, environ={}):
+    for settings in api.planned_layouts(argv, world_size=world, global_batch_size=gbs, space=space, environ={}):
         searched += 1
         verdict = _evaluate(inp, settings, world, budget)
         if verdict.estimate is None:
@@ -85,8 +90,8 @@ def brute_force(text: str, world: int, gbs: int, budget: int, space=None):
 ], ids=["gpt", "moe-mla-mtp", "moe-buckets", "fsdp", "muon-deferred-wgrad", "moe-overlap-offload", "cpu-offload"])
 def test_every_layout_agrees_with_the_estimator(text, world, gbs, budget, space):
     searched, valid, codes, fits = brute_force(text, world, gbs, budget, space)
-    plan = planner.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=None,
-                        space=space, environ={})
+    plan = api.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=None,
+                    space=space, environ={})
     assert (plan.searched, plan.valid, plan.fitting) == (searched, valid, len(fits))
     # A layout failing several checks is counted once, under the first the planner's loop meets.
     assert sum(dict(plan.rejections).values()) == searched - valid
@@ -101,14 +106,14 @@ def test_every_layout_agrees_with_the_estimator(text, world, gbs, budget, space)
 
 def test_tiny_gpt_counts():
     # 4 GPUs: tp, cp, pp in {1, 2, 4} with tp cp pp | 4; 4 heads; 32 tokens.
-    plan = planner.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=int(1.6 * GiB), top=3, environ={})
+    plan = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=int(1.6 * GiB), top=3, environ={})
     assert (plan.searched, plan.valid, plan.fitting) == (680, 662, 156)
     assert dict(plan.rejections) == {"global-batch-not-divisible": 12, "interleaved-microbatches": 6}
 
 
 def llama_plan(extra: str = "", budget: int = 80 * GiB, **kwargs):
-    return planner.plan(flags(LLAMA3_8B, extra), world_size=8, global_batch_size=32, budget=budget, environ={},
-                        **kwargs)
+    return api.plan(flags(LLAMA3_8B, extra), world_size=8, global_batch_size=32, budget=budget, environ={},
+                    **kwargs)
 
 
 def test_llama3_8b_candidates_reestimated_through_their_flags():
@@ -116,7 +121,7 @@ def test_llama3_8b_candidates_reestimated_through_their_flags():
     plan = llama_plan(top=10)
     assert len(plan.candidates) == 10 and plan.fitting > 10
     for c in plan.candidates:
-        edited = planner.candidate_argv(argv, c)
+        edited = planner_candidates.candidate_argv(argv, c)
         inp, problems = api.input_from_flags(edited, environ={})
         assert not problems, problems
         verdict = api.evaluate(inp, world_size=8, budget=80 * GiB, environ={})
@@ -138,8 +143,8 @@ def test_llama3_8b_on_8_gpus_what_fits():
         assert p.tp * p.pp * p.cp > 1 or c.distributed_optimizer
         assert c.device_peak_bytes <= 80 * GiB
     # Sampled layouts, re-estimated: a layout fits exactly when the planner lists it.
-    inp, _ = planner.plan_input(flags(LLAMA3_8B), environ={})
-    layouts = list(planner.search_space(flags(LLAMA3_8B), world_size=8, global_batch_size=32, environ={}))
+    inp, _ = api.plan_input(flags(LLAMA3_8B), environ={})
+    layouts = list(api.planned_layouts(flags(LLAMA3_8B), world_size=8, global_batch_size=32, environ={}))
     assert len(layouts) == plan.searched
     for settings in random.Random(7).sample(layouts, 40):
         verdict = _evaluate(inp, settings, 8, 80 * GiB)
@@ -171,14 +176,14 @@ def test_ranking_follows_the_proxy():
 
 
 def test_budget_boundary():
-    wide = planner.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=4 * GiB, top=None, verify=False,
-                        environ={})
+    wide = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=4 * GiB, top=None, verify=False,
+                    environ={})
     peaks = sorted(c.device_peak_bytes for c in wide.candidates)
     chosen = next(c for c in wide.candidates if c.device_peak_bytes == peaks[len(peaks) // 2])
-    at = planner.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=chosen.device_peak_bytes,
-                      top=None, verify=False, environ={})
-    below = planner.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=chosen.device_peak_bytes - 1,
-                         top=None, verify=False, environ={})
+    at = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=chosen.device_peak_bytes,
+                  top=None, verify=False, environ={})
+    below = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget=chosen.device_peak_bytes - 1,
+                     top=None, verify=False, environ={})
     assert _key(chosen.settings) in {_key(c.settings) for c in at.candidates}
     assert _key(chosen.settings) not in {_key(c.settings) for c in below.candidates}
     assert at.fitting == sum(1 for d in peaks if d <= chosen.device_peak_bytes)
@@ -206,7 +211,7 @@ def test_flags_are_the_changes_to_the_input():
     assert {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"} <= set(other.flags)
     assert set(other.remove_flags) == {"--sequence-parallel", "--use-distributed-optimizer"}
     for c in (same[0], other):
-        inp, problems = api.input_from_flags(planner.candidate_argv(argv, c), environ={})
+        inp, problems = api.input_from_flags(planner_candidates.candidate_argv(argv, c), environ={})
         assert not problems
         verdict = api.evaluate(inp, world_size=8, budget=80 * GiB, environ={})
         assert verdict.estimate.peak_stage.device_peak_bytes == c.device_peak_bytes
@@ -214,40 +219,40 @@ def test_flags_are_the_changes_to_the_input():
 
 def test_the_users_split_is_one_choice():
     extra = "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 3"
-    plan = planner.plan(flags(TINY_GPT, extra), world_size=4, global_batch_size=16, budget=4 * GiB, top=None,
-                        verify=False, environ={})
+    plan = api.plan(flags(TINY_GPT, extra), world_size=4, global_batch_size=16, budget=4 * GiB, top=None,
+                    verify=False, environ={})
     given = [c for c in plan.candidates if c.pipeline.label.startswith("as given")]
     assert given and all(c.parallel.pp == 2 for c in given)
     assert not {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"} & set(given[0].flags)
     even = next(c for c in plan.candidates if c.parallel.pp == 4)
     assert set(even.remove_flags) >= {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}
-    inp, _ = api.input_from_flags(planner.candidate_argv(flags(TINY_GPT, extra), even), environ={})
+    inp, _ = api.input_from_flags(planner_candidates.candidate_argv(flags(TINY_GPT, extra), even), environ={})
     verdict = api.evaluate(inp, world_size=4, budget=4 * GiB, environ={})
     assert verdict.estimate.peak_stage.device_peak_bytes == even.device_peak_bytes
 
 
 def test_deepseek_v3_split_choices():
     # 61 layers (prime): no even split for pp > 1.
-    assert [c.label for c in planner.pipeline_choices(61, 1, 16, 1)] == ["first 2, middle 4, last 3"]
-    assert dict(planner.pipeline_choices(61, 1, 16, 1)[0].settings) == {
+    assert [c.label for c in planner_space.pipeline_choices(61, 1, 16, 1)] == ["first 2, middle 4, last 3"]
+    assert dict(planner_space.pipeline_choices(61, 1, 16, 1)[0].settings) == {
         "decoder_first_pipeline_num_layers": 2, "decoder_last_pipeline_num_layers": 3}
     # 2 virtual stages: every count would have to be even, so a layout string spreads the layers.
-    layout = dict(planner.pipeline_choices(61, 1, 16, 2)[1].settings)["pipeline_model_parallel_layout"]
+    layout = dict(planner_space.pipeline_choices(61, 1, 16, 2)[1].settings)["pipeline_model_parallel_layout"]
     stages = parse_layout(layout)
     assert len(stages) == 32 and sum(s.count("t") for s in stages) == 61
     assert stages[0][0] == "E" and stages[-1][-2:] == ("m", "L")
     assert max(s.count("t") for s in stages) == 2
     # LLaMA-3-8B, 32 layers on 4 ranks: even splits for 1, 2, 4 and 8 virtual stages.
-    even = [c for c in planner.pipeline_choices(32, 0, 4, 8) if c.label.startswith("even")]
+    even = [c for c in planner_space.pipeline_choices(32, 0, 4, 8) if c.label.startswith("even")]
     assert [c.vpp for c in even] == [None, 2, 4, 8]
 
 
 def test_deepseek_v3_on_1024_h100():
-    space = planner.SearchSpace(max_context_parallel=1, micro_batch_sizes=(1,), max_virtual_stages=1,
-                                distributed_optimizer=(True,), block_recompute_fractions=())
-    plan = planner.plan("deepseek-v3", world_size=1024, global_batch_size=4096, gpu="h100",
-                        extra_flags=flags("--seq-length 4096 --bf16"), top=None, verify=False, space=space,
-                        environ={})
+    space = plan_records.SearchSpace(max_context_parallel=1, micro_batch_sizes=(1,), max_virtual_stages=1,
+                                     distributed_optimizer=(True,), block_recompute_fractions=())
+    plan = api.plan("deepseek-v3", world_size=1024, global_batch_size=4096, gpu="h100",
+                    extra_flags=flags("--seq-length 4096 --bf16"), top=None, verify=False, space=space,
+                    environ={})
     assert plan.fits and plan.source == "--model deepseek-v3 + command line"
     # 58 MoE layers of 256 experts x 3 x 7168 x 2048 parameters, with 2 B weights and 4 B
     # gradients each: a stage holds 3.9e12 / (ep etp pp) bytes of them, over 79.2 GiB below 64.
@@ -255,23 +260,23 @@ def test_deepseek_v3_on_1024_h100():
         p = c.parallel
         assert p.ep * p.etp * p.pp >= 64
     best = plan.candidates[0]
-    checked = planner.plan("deepseek-v3", world_size=1024, global_batch_size=4096, gpu="h100",
-                           extra_flags=flags("--seq-length 4096 --bf16"), top=1, space=space, environ={})
+    checked = api.plan("deepseek-v3", world_size=1024, global_batch_size=4096, gpu="h100",
+                       extra_flags=flags("--seq-length 4096 --bf16"), top=1, space=space, environ={})
     assert checked.candidates[0].device_peak_bytes == best.device_peak_bytes
     assert checked.candidates[0].estimate.peak_stage.pipeline_rank == best.peak_stage
 
 
 def test_invalid_input_reports_every_problem():
     with pytest.raises(InvalidInput) as err:
-        planner.plan(flags(TINY_GPT, "--num-layer 4"), world_size=0, global_batch_size=0, budget="80GiB", environ={})
+        api.plan(flags(TINY_GPT, "--num-layer 4"), world_size=0, global_batch_size=0, budget="80GiB", environ={})
     codes = sorted(p.code for p in err.value.problems)
     assert codes == ["out-of-range", "out-of-range", "unknown-flag"]
     with pytest.raises(InvalidInput) as err:
-        planner.plan("llama3-8bb", world_size=8, global_batch_size=32, budget="80GiB", environ={})
+        api.plan("llama3-8bb", world_size=8, global_batch_size=32, budget="80GiB", environ={})
     assert [p.code for p in err.value.problems] == ["unknown-preset"]
     assert "did you mean llama3-8b?" in err.value.problems[0].message
     with pytest.raises(InvalidInput) as err:
-        planner.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, environ={})
+        api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, environ={})
     assert [p.code for p in err.value.problems] == ["missing-budget"]
 
 
@@ -281,7 +286,7 @@ def test_no_valid_layout():
     text = ("--num-layers 3 --hidden-size 64 --num-attention-heads 1 --seq-length 2 --max-position-embeddings 2 "
             "--vocab-size 1000 --bf16")
     with pytest.raises(InvalidInput) as err:
-        planner.plan(flags(text), world_size=8, global_batch_size=1, budget="80GiB", environ={})
+        api.plan(flags(text), world_size=8, global_batch_size=1, budget="80GiB", environ={})
     problem, = err.value.problems
     assert problem.code == "no-valid-layout"
     assert problem.message.startswith(f"none of the {err.value.searched} layouts searched on 8 GPUs")
@@ -314,7 +319,7 @@ def test_fewer_microbatches_keep_the_interleaved_peak():
                 for m in range(group, 9 * group + 2):
                     for rank in range(pp):
                         for combined in (False, True):
-                            fewer = planner.schedule_microbatches(pp, rank, vpp, m, group, int(combined))
+                            fewer = planner_memory.schedule_microbatches(pp, rank, vpp, m, group, int(combined))
                             reduced += fewer < m
                             weights = tuple(rng.randint(1, 1000) for _ in range(vpp))
                             assert (microbatches_in_flight(pp, rank, vpp, m, group, weights, combined).chunk_microbatches
@@ -336,25 +341,64 @@ def test_the_lowest_rank_holds_the_most():
 def test_overlays_are_what_derivation_gives():
     """The planner derives once per batch choice and lays the expert, recompute and sequence
     parallel choices over it: that must equal deriving each layout from scratch."""
-    search_inp, _ = planner.plan_input(flags(TINY_MOE, "--recompute-modules core_attn mlp"), environ={})
-    base = {**planner._Search(search_inp, 8, 16, GiB, "", Overheads(), {}, planner.SearchSpace(),
-                              planner.ProxyAssumptions()).namespace}
-    choice = planner.pipeline_choices(5, 1, 2, 1)[0]
-    for recompute in (planner.NO_RECOMPUTE, planner.SELECTIVE_CORE_ATTN, planner.Recompute("full", "block", 1)):
+    search_inp, _ = api.plan_input(flags(TINY_MOE, "--recompute-modules core_attn mlp"), environ={})
+    base = {**planner_search._Search(search_inp, 8, 16, GiB, "", Overheads(), {}, plan_records.SearchSpace(),
+                                     plan_records.ProxyAssumptions()).namespace}
+    choice = planner_space.pipeline_choices(5, 1, 2, 1)[0]
+    for recompute in (plan_records.NO_RECOMPUTE, plan_records.SELECTIVE_CORE_ATTN,
+                      plan_records.Recompute("full", "block", 1)):
         for ep, etp, sp in ((1, 2, True), (4, 1, True), (2, 2, False)):
             ns = dict(base)
-            ns.update(planner._family_settings(2, 1, 2, choice))
+            ns.update(planner_space.family_settings(2, 1, 2, choice))
             ns.update({"use_distributed_optimizer": True, "micro_batch_size": 2})
             derived, _ = derive_namespace(ns, 8)
-            laid = {**derived, **planner._expert_overlay(ep, etp), **planner._recompute_overlay(recompute, sp, derived)}
+            laid = {**derived, **planner_validity.expert_overlay(ep, etp),
+                    **planner_validity.recompute_overlay(recompute, sp, derived)}
             full = dict(ns)
-            full.update(planner._expert_overlay(ep, etp))
+            full.update(planner_validity.expert_overlay(ep, etp))
             full.update(recompute.settings())
             full["sequence_parallel"] = sp
             if recompute.modules is None:
                 full["recompute_modules"] = ["core_attn", "mlp"]
             scratch, _ = derive_namespace(full, 8)
             assert laid == scratch
+
+
+def test_cached_stage_parts_are_the_stage_functions():
+    """planner.memory's by-layer-kind chunk activations and its stage terms equal
+    model/stage.py's ``chunk_activation_bytes`` and ``stage_terms`` on the layout's own
+    configuration (pipeline splits of 1, 2 and 4 ranks, with and without virtual stages)."""
+    from dataclasses import replace
+
+    from megatron_estimator.model import stage as stage_model
+
+    inp, _ = api.plan_input(flags(TINY_MOE, "--recompute-modules core_attn mlp"), environ={})
+    run = planner_search._Search(inp, 8, 16, GiB, "", Overheads(), {}, SMALL_SPACE, plan_records.ProxyAssumptions())
+    checked = 0
+    for tp, cp, pp, pipeline in run.families():
+        if cp != 1:
+            continue
+        ns = dict(run.namespace)
+        ns.update(planner_space.family_settings(tp, cp, pp, pipeline))
+        _, namespaces = planner_validity.derive_batches(ns, [(True, 2)], 8, {})
+        family = run.family(pp, pipeline, tp, namespaces[0])
+        for ep, etp in run.expert_choices(tp):
+            layout = planner_space.LayoutChoice(tp, cp, pp, ep, etp, pipeline)
+            memory = planner_memory.LayoutMemory(run, layout, family, namespaces[0])
+            for rec in planner_space.recompute_choices(family.max_chunk_layers, (0.5,)):
+                for sp in planner_space.sequence_parallel_choices(tp):
+                    acts = memory.activations(2, rec, sp)
+                    cfg = replace(acts.cfg, training=replace(
+                        acts.cfg.training, recompute_granularity=rec.granularity, recompute_method=rec.method,
+                        recompute_num_layers=rec.num_layers,
+                        recompute_modules=rec.modules or acts.cfg.training.recompute_modules))
+                    for group in family.groups:
+                        for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                            assert acts.chunk(cid, chunk, rec) == stage_model.chunk_activation_bytes(cfg, chunk)
+                        terms = stage_model.stage_terms(cfg, group.stage, run.overheads, {})
+                        assert acts.stage(group, rec) == (terms.chunk_weights, terms.unscheduled)
+                        checked += 1
+    assert checked > 100
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -428,7 +472,7 @@ def test_markdown_table_keeps_its_columns():
     plan = llama_plan(top=None, verify=False)
     with_layout = [c for c in plan.candidates if c.pipeline.label.startswith("layout")][:3]
     assert with_layout
-    shown = planner.Plan(**{**plan.__dict__, "candidates": tuple(with_layout)})
+    shown = plan_records.Plan(**{**plan.__dict__, "candidates": tuple(with_layout)})
     rows = [line for line in render_markdown(shown).splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(with_layout)
     for row in rows:

@@ -130,7 +130,7 @@ def test_moe_and_offloading_rules(extra, world, expected):
 
 def test_cuda_device_max_connections_only_when_the_gpu_is_known():
     from megatron_estimator.core.problems import InvalidInput
-    from megatron_estimator.megatron.flags import parse_megatron_argv
+    from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
 
     raw, _ = parse_megatron_argv((TINY_GPT + " --tensor-model-parallel-size 2").split())

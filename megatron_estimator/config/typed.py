@@ -213,10 +213,9 @@ FLASH_ATTN_DETERMINISTIC = (2, 4, 1)
 
 def flash_attn_version_tuple(text: str) -> tuple[int, ...] | None:
     """``2.7.4.post1`` -> ``(2, 7, 4)``; None when it is not a version."""
-    import re
+    from megatron_estimator.core.versions import version_tuple
 
-    found = re.fullmatch(r"v?(\d+(?:\.\d+){0,2})(?:[.+-]?[a-z0-9.+-]*)?", text)
-    return tuple(int(x) for x in found.group(1).split(".")) if found else None
+    return version_tuple(text)
 
 
 def is_deterministic(ns: Mapping[str, Any], environ: Mapping[str, str]) -> bool:

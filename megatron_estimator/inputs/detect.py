@@ -9,6 +9,10 @@
   ``--yaml-cfg`` format).
 - ``seed-yaml``: a top-level ``model:`` or ``parallelism:`` key (the seed guide's format).
 - ``mixed-yaml``: top-level keys of both YAML formats (a mistake to report, not a file to skip).
+- ``megatron-log``: a Megatron training log: the header of the arguments block rank 0 prints
+  (``------------------------ arguments ------------------------``), a ``report_memory`` line
+  (``[Rank N] ... memory (MB) | allocated: ...``) or PyTorch's ``CUDA out of memory.`` message,
+  with or without a launcher's rank prefix.
 - ``unknown``: anything else, including a file that cannot be read.
 
 Top-level YAML keys are found by a line scan (a key at column 0), so a file with a YAML
@@ -22,12 +26,15 @@ import re
 from pathlib import Path
 from typing import Literal
 
-Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "unknown"]
+Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
 _TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", re.MULTILINE)
 _LAUNCH_LINE = re.compile(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", re.MULTILINE)
+# inputs/megatron_log.py describes these lines.
+_LOG_LINE = re.compile(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
+                       r"|CUDA out of memory\. Tried to allocate ", re.MULTILINE)
 _SEED_KEYS = {"model", "parallelism"}
 _MEGATRON_KEYS = {"language_model", "model_parallel"}
 _HEAD_BYTES = 256 * 1024
@@ -48,6 +55,8 @@ def detect_format(path: str | Path) -> Format:
         return "shell"
     if path.suffix.lower() == ".json" or head.lstrip().startswith("{"):
         return "hf-config" if _is_hf_config(path) else "unknown"
+    if _LOG_LINE.search(head):
+        return "megatron-log"
     keys = set(_TOP_LEVEL_KEY.findall(head))
     megatron, seed = bool(keys & _MEGATRON_KEYS), bool(keys & _SEED_KEYS)
     if megatron and not seed:

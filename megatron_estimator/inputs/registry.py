@@ -166,4 +166,13 @@ register(FileFormat("mixed-yaml", _read_mixed_yaml))
 register(FileFormat("seed-yaml", _read_seed_yaml))
 register(FileFormat("megatron-yaml", _read_megatron_yaml))
 register(FileFormat("shell", _read_launch_script, _launch_script_skip_reason))
+def _read_megatron_log(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.megatron_log import read_megatron_log
+
+    log = read_megatron_log(path)
+    return FileInput(log.raw, log.problems, world_size=log.world_size, world_size_source=log.world_size_location,
+                     notes=log.notes)
+
+
 register(FileFormat("hf-config", _read_hf_config))
+register(FileFormat("megatron-log", _read_megatron_log))

@@ -1,29 +1,20 @@
-"""Megatron-LM's command-line flags, and a parser that reads a command line the way Megatron does.
+"""Megatron-LM's command-line flags: the table of what ``megatron/training/arguments.py`` registers.
 
 The table (``data/megatron_flags.tsv``, written by ``scripts/import_flags``) describes every
 flag that ``megatron/training/arguments.py`` registers: option strings, dest, argparse action,
 type converter, nargs, default, choices, and whether an optional extension must be installed
-for the flag to exist.  ``flag_table()`` loads it once, lazily.
-
-``parse_megatron_argv`` mirrors ``argparse`` as Megatron configures it
-(``argparse.ArgumentParser(allow_abbrev=False)``, arguments.py ``parse_args``): option strings
-match exactly (no abbreviations); ``--flag value`` and ``--flag=value``; ``store_true``,
-``store_false`` and ``BooleanOptionalAction`` (``--x`` / ``--no-x``); nargs ``?``, ``*``,
-``+`` and counts; a token is a value unless it looks like an option, and ``-1`` or ``-.5`` are
-values because no Megatron option looks like a negative number (argparse's rule up to Python
-3.13: ``-1e-5`` is *not* such a number, so write ``--flag=-1e-5``; 3.14 widened the rule); the
-last repetition of a flag wins.  Values are converted with the flag's converter and checked
-against its choices.  Instead of stopping at the first error, as argparse does, every problem
-is returned, in command-line order; nothing is printed or raised for bad input.
+for the flag to exist.  ``flag_table()`` loads it once, lazily; it answers lookups by option
+string or dest, and Megatron's defaults.  ``convert_value`` converts one value string as the
+flag's converter does (``moe_freq_type``, ``tuple_type``, ...) and checks its choices.
 
 Values are Python values as Megatron's namespace would hold them, except that enum members
 (``--attention-backend``, ``--exit-signal``, ``--cuda-graph-modules``) are kept by member name
 (``'flash'``, ``'SIGTERM'``, ``'attn'``): the estimator does not import Megatron.
 
 Flags that exist only with an optional extension (``conditional``: ``modelopt`` for
-nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are accepted: whether the
-training environment has the extension cannot be known from here.  ``conditional_flag_notes``
-names the ones a ``RawArgs`` uses, as notes to show, not as problems.
+nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are in the table;
+``CONDITIONS`` says what each condition means.  Reading a command line with this table is
+``megatron_estimator.inputs.argv``.
 """
 
 from __future__ import annotations
@@ -33,8 +24,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Iterator, Sequence
 
-from megatron_estimator.core.problems import Problem, ProblemCollector
-from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.core.resources import data_path
 
 TABLE_FILE = "megatron_flags.tsv"
@@ -402,247 +391,3 @@ def convert_value(spec: FlagSpec, text: str) -> Any:
     if spec.choices is not None and value not in spec.choices:
         raise FlagChoiceError(value, spec.choices)
     return value
-
-
-# -- the command-line parser ------------------------------------------------------------------
-
-# argparse's test for a negative number (ArgumentParser._negative_number_matcher, Python 3.10-3.11;
-# 3.12/3.13 also accept underscores, 3.14 also exponents).
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_NUMBER_LIKE = re.compile(r"-\.?\d")
-_HELP = ("-h", "--help")
-
-
-def _looks_like_option(token: str, table: FlagTable) -> bool:
-    """argparse's _parse_optional for Megatron's parser: is ``token`` an option (O) or a value (A)?"""
-    if not token or token[0] != "-":
-        return False
-    if token in table or token in _HELP:
-        return True
-    if len(token) == 1:
-        return False
-    if "=" in token and token.split("=", 1)[0] in table:
-        return True
-    if _NEGATIVE_NUMBER.match(token):
-        return False        # no Megatron option looks like a negative number
-    return " " not in token
-
-
-def _count(n: int) -> str:
-    return "one value" if n == 1 else f"{n} values"
-
-
-def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
-                        source: str = "command line") -> tuple[RawArgs, tuple[Problem, ...]]:
-    """Megatron's flags in ``argv`` -> the settings given, and every problem found.
-
-    ``argv`` is what follows the training script (``pretrain_gpt.py``).  ``locations``, one per
-    token, names where each token came from (``run.sh:12``); a setting's location is then
-    ``run.sh:12 --num-layers``, else the option as spelled.  Problem codes: ``unknown-flag``,
-    ``help-flag``, ``missing-value``, ``invalid-value``, ``invalid-choice``,
-    ``unexpected-argument``, ``ignored-explicit-value``.
-    """
-    tokens = list(argv)
-    if locations is not None and len(locations) != len(tokens):
-        raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
-    table = flag_table()
-    problems = ProblemCollector()
-    settings: dict[str, RawSetting] = {}
-
-    def where(index: int, spelled: str | None) -> str:
-        if locations is not None:
-            return f"{locations[index]} {spelled}" if spelled else locations[index]
-        return spelled or "<command>"
-
-    # argparse's pattern of the command line: O (option), A (value), '-' ('--', after which
-    # everything is a value).
-    kinds: list[str] = []
-    for index, token in enumerate(tokens):
-        if token == "--":
-            kinds.append("-")
-            kinds.extend("A" * (len(tokens) - index - 1))
-            break
-        kinds.append("O" if _looks_like_option(token, table) else "A")
-
-    def run_of_values(start: int) -> int:
-        stop = start
-        while stop < len(tokens) and kinds[stop] == "A":
-            stop += 1
-        return stop
-
-    previous: tuple[int, str, FlagSpec, int] | None = None   # option's token index, spelling, spec, values taken
-    i = 0
-    while i < len(tokens):
-        token, kind = tokens[i], kinds[i]
-        if kind == "-":
-            rest = len(tokens) - i - 1
-            after = f" and the {_plural(rest, 'argument')} after it" if rest else ""
-            problems.add("unexpected-argument", where(i, None),
-                         f"'--' ends the options; Megatron rejects it{after}")
-            break
-        if kind == "A":
-            stop = run_of_values(i)
-            stray = " ".join(repr(t) for t in tokens[i:stop])
-            noun = "argument" if stop - i == 1 else "arguments"
-            if previous is None:
-                problems.add("unexpected-argument", where(i, None),
-                             f"unexpected {noun} {stray}: Megatron takes only --flags "
-                             "(is a flag missing before it?)")
-            else:
-                p_index, p_spelled, p_spec, taken = previous
-                why = ("this flag takes no value" if not p_spec.takes_value
-                       else f"this flag takes {_count(taken)}")
-                problems.add("unexpected-argument", where(p_index, p_spelled),
-                             f"unexpected {noun} {stray} ({why})")
-            previous = None
-            i = stop
-            continue
-
-        # An option: exact, or exact before '=' (allow_abbrev=False: no prefixes).
-        option_index = i
-        spelled, explicit = token, None
-        if token not in table and "=" in token:
-            spelled, explicit = token.split("=", 1)
-        spec = table.by_option(spelled)
-        location = where(option_index, spelled)
-        if spec is None:
-            if spelled in _HELP:
-                problems.add("help-flag", location, "Megatron prints its help and exits instead of training")
-            else:
-                suggestions = _best_suggestions(spelled)
-                hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
-                problems.add("unknown-flag", location, "unknown flag" + hint)
-            # argparse lists the values after an unknown option among the unrecognized
-            # arguments too; they belong to this problem, not to new ones.
-            i = run_of_values(i + 1)
-            previous = None
-            continue
-
-        nargs = spec.nargs
-        if not spec.takes_value:
-            i += 1
-            previous = (option_index, spelled, spec, 0)
-            if explicit is not None:
-                problems.add("ignored-explicit-value", location,
-                             f"this flag takes no value; Megatron rejects '={explicit}' (write {spelled} alone)")
-                continue
-            if spec.action == BOOLEAN_OPTIONAL:
-                value = not spelled.startswith("--no-")      # argparse.BooleanOptionalAction.__call__
-            else:
-                value = spec.action == "store_true"
-            settings[spec.dest] = RawSetting(spec.dest, value, location)
-            continue
-
-        if explicit is not None:
-            # argparse matches an explicit '=value' as exactly one value.
-            i += 1
-            values = [explicit]
-            previous = (option_index, spelled, spec, 1)
-            if isinstance(nargs, int) and nargs != 1:
-                problems.add("missing-value", location,
-                             f"expects {_count(nargs)}; '={explicit}' gives one "
-                             f"(write {spelled} followed by {nargs} values)")
-                continue
-        else:
-            start = i + 1
-            available = run_of_values(start) - start
-            if nargs is None:
-                needed, taken = 1, min(available, 1)
-            elif nargs == "?":
-                needed, taken = 0, min(available, 1)
-            elif nargs == "*":
-                needed, taken = 0, available
-            elif nargs == "+":
-                needed, taken = 1, available
-            else:
-                needed, taken = nargs, min(available, nargs)
-            i = start + taken
-            previous = (option_index, spelled, spec, taken)
-            if taken < needed:
-                expects = ("a value" if nargs is None else "at least one value" if nargs == "+"
-                           else _count(nargs))
-                problems.add("missing-value", location,
-                             f"expects {expects}{_what_follows(tokens, i, taken, spelled)}")
-                if i < len(tokens) and _NUMBER_LIKE.match(tokens[i]) and tokens[i] not in table:
-                    i += 1      # the number that argparse took for an option: explained above
-                continue
-            values = tokens[start:i]
-
-        converted: list[Any] = []
-        for text in values:
-            try:
-                converted.append(convert_value(spec, text))
-            except FlagChoiceError as exc:
-                problems.add("invalid-choice", location, _choice_message(exc))
-            except FlagValueError as exc:
-                problems.add("invalid-value", location, f"invalid value {text!r}: {exc}")
-        if len(converted) < len(values):
-            continue
-        if nargs is None:
-            value = converted[0]
-        elif nargs == "?":
-            value = converted[0] if converted else spec.const
-        else:
-            value = converted
-        settings[spec.dest] = RawSetting(spec.dest, value, location)
-
-    return RawArgs(settings, source), problems.problems
-
-
-def _best_suggestions(option: str) -> list[str]:
-    """The closest flags worth naming: the best match and any nearly as close."""
-    import difflib
-
-    found = closest_flags(option)
-    if len(found) < 2:
-        return found
-    normalized = "--" + option.lstrip("-").replace("_", "-")
-    scores = [difflib.SequenceMatcher(None, normalized, f).ratio() for f in found]
-    return [f for f, score in zip(found, scores) if score >= scores[0] - 0.05]
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _either(options: Sequence[str]) -> str:
-    return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
-
-
-def _what_follows(tokens: Sequence[str], index: int, taken: int, spelled: str) -> str:
-    """Why a flag got too few values: the token that stopped them, or the end of the line."""
-    got = f", got {taken}" if taken else ""
-    if index >= len(tokens):
-        return got if taken else " but the command line ends"
-    following = tokens[index]
-    text = f"{got} before {following}" if taken else f" but {following} follows"
-    if following == "--":
-        text += " ('--' ends the options)"
-    elif _NUMBER_LIKE.match(following):
-        # e.g. -1e-5: not a negative number by argparse's rule, so it reads as an option.
-        text += f" (argparse reads {following} as an option; write {spelled}={following})"
-    return text
-
-
-def _choice_message(exc: FlagChoiceError) -> str:
-    choices = ", ".join(str(c) for c in exc.choices)
-    message = f"invalid choice {exc.value!r}; choose from {choices}"
-    if isinstance(exc.value, str):
-        from megatron_estimator.core.hints import closest
-        close = closest(exc.value, [str(c) for c in exc.choices], fold_case=False)
-        if close is not None:
-            message += f" (did you mean {close}?)"
-    return message
-
-
-def conditional_flag_notes(raw: RawArgs) -> tuple[Problem, ...]:
-    """Notes (not problems) for the settings in ``raw`` whose flags exist only with an optional
-    extension: code ``conditional-flag``, located where the setting was given."""
-    table = flag_table()
-    notes = []
-    for dest, setting in raw.settings.items():
-        spec = table.by_dest(dest)
-        if spec is not None and spec.conditional:
-            notes.append(Problem("conditional-flag", setting.location, CONDITIONS.get(
-                spec.conditional, f"registered only with the optional extension {spec.conditional}")))
-    return tuple(notes)

@@ -15,7 +15,7 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from megatron_estimator.core.units import GiB, MiB
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
@@ -25,11 +25,11 @@ from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count
-from megatron_estimator.model.states import model_states
+from megatron_estimator.model.states import ModelStates, model_states
 
 
 
-def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+def recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
     """(checkpointed groups, layers kept whole) for one model chunk under full recompute."""
     tr = config.training
     if tr.recompute_granularity != "full" or not layers:
@@ -41,13 +41,19 @@ def _recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple
     return [(i,) for i in layers[:n]], layers[n:]
 
 
+class ChunkActivations(NamedTuple):
+    """The activations of one model chunk per microbatch (``chunk_activation_bytes``)."""
+    kept: int               # bytes one microbatch keeps alive in the chunk
+    recompute_peak: int     # the largest recompute group re-materialized during its backward
+
+
 def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) -> int:
-    return chunk_activation_bytes(config, chunk, imbalance)[0]
+    return chunk_activation_bytes(config, chunk, imbalance).kept
 
 
-def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> tuple[int, int]:
-    """(bytes one microbatch keeps alive in this chunk, largest recompute re-materialization)."""
-    groups, whole = _recompute_groups(config, chunk.layers)
+def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> ChunkActivations:
+    """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization."""
+    groups, whole = recompute_groups(config, chunk.layers)
     # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
     # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
     # layer in transit is a transient.
@@ -63,7 +69,7 @@ def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance
     if chunk.post_process:
         kept += act.loss_activations(config)[0]
     kept += chunk.mtp_layers * act.mtp_layer_activations(config)
-    return kept, recompute_peak
+    return ChunkActivations(kept, recompute_peak)
 
 
 def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]) -> int:
@@ -118,7 +124,7 @@ def _batch_bytes(config: EstimatorConfig) -> int:
     return total
 
 
-def _deferred_wgrad_bytes(config: EstimatorConfig) -> int:
+def deferred_wgrad_bytes(config: EstimatorConfig) -> int:
     """--defer-embedding-wgrad-compute: the output layer keeps each microbatch's input and
     output gradient until the end of the step, up to --wgrad-deferral-limit of them (0: all)
     (megatron/core/tensor_parallel/layers.py, gpt_model.py embedding_activation_buffer /
@@ -143,11 +149,11 @@ def _global_buffers(config: EstimatorConfig) -> int:
     return d.act * d.b * (config.model.num_attention_heads // d.t) * d.s * d.s
 
 
-def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: list[tuple[int, int]],
+def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: tuple[ChunkActivations, ...],
                      compute_capability: float) -> dict[str, int]:
     """What may be alive on top of the stage's saved activations at its fullest moment, by
     moment; the peak takes the largest.  ``per_chunk``: ``chunk_activation_bytes`` of each
-    model chunk.  (The planner calls this too, so both estimate the same thing.)"""
+    model chunk."""
     transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
     if config.training.cpu_offloading_num_layers and stage.layers:
         transients["offload in flight"] = transients["layer backward"] + max(
@@ -161,7 +167,7 @@ def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: lis
         # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
         transients["overlapped forward"] = transients["layer backward"] + max(
             act.layer_activations(config, i).total for i in stage.layers)
-    recompute = max((r for _, r in per_chunk), default=0)
+    recompute = max((c.recompute_peak for c in per_chunk), default=0)
     if recompute:
         transients["recompute"] = recompute
     if stage.post_process:
@@ -169,56 +175,145 @@ def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: lis
     return transients
 
 
+class StageStates(NamedTuple):
+    """A stage's model-state terms: from its parameter tensors, the precision, the optimizer
+    and the data-parallel sharding; not from the batch, recompute or the schedule."""
+    states: ModelStates
+    checkpoint_exchange: int    # a resumed run's load buffers alive into the first step
+
+    @property
+    def allocated(self) -> int:
+        s = self.states
+        return s.weights + s.gradients + s.optimizer_states + s.fsdp_transient + self.checkpoint_exchange
+
+
+def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> StageStates:
+    """The model states of a stage with these tensors (one list per model chunk)."""
+    # A resumed run with --ckpt-fully-parallel-load: the load's broadcast buffers outlive it
+    # into the first step (model/checkpoint.py).
+    return StageStates(model_states(config, tensors), load_exchange_bytes(config, tensors))
+
+
+class StageTerms(NamedTuple):
+    """A stage's bytes besides its model states before the schedule multiplies them: each
+    chunk's activations per microbatch, the largest transient and the workspaces, batch and
+    buffers alive with it.  They read the configuration's activation settings (tp, cp, etp,
+    the batch, sequence parallelism, recompute, the kernels) and the stage's structure, not
+    the pipeline schedule, the optimizer or the expert layout."""
+    chunks: tuple[ChunkActivations, ...]
+    transient_moment: str
+    transient: int
+    cublas_workspace: int
+    te_workspace: int
+    batch_tensors: int
+    global_buffers: int
+    chunk_weights: tuple[int, ...]  # bytes one microbatch keeps in each chunk (the schedule's weights)
+    unscheduled: int                # what the schedule does not multiply: transient, workspaces, batch, buffers
+
+
+class SharedTerms(NamedTuple):
+    """What every stage of a configuration holds alike: the framework's workspaces, the
+    microbatch's batch tensors (on the stages that load or score it) and the global buffers.
+    They read the configuration and the GPU, not the stage."""
+    cublas_workspace: int
+    te_workspace: int
+    batch_tensors: int          # on a first or last stage; none elsewhere
+    global_buffers: int
+
+
+def shared_terms(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> SharedTerms:
+    """The ``SharedTerms`` of this configuration."""
+    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
+                                       bool(config.namespace.get("deterministic_mode")))
+    return SharedTerms(cublas, te_workspace_for(config, overheads.compute_capability), _batch_bytes(config),
+                       _global_buffers(config))
+
+
+def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overheads, environ: Mapping[str, str],
+                chunks: tuple[ChunkActivations, ...] | None = None, shared: SharedTerms | None = None) -> StageTerms:
+    """The ``StageTerms`` of one stage; ``chunks`` (``chunk_activation_bytes`` of each model
+    chunk) and ``shared`` (``shared_terms`` of the configuration) when already known."""
+    if chunks is None:
+        chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
+    if shared is None:
+        shared = shared_terms(config, overheads, environ)
+    transients = stage_transients(config, stage, chunks, overheads.compute_capability)
+    moment = max(transients, key=transients.get)
+    transient = transients[moment]
+    batch = shared.batch_tensors if (stage.pre_process or stage.post_process) else 0
+    return StageTerms(chunks, moment, transient, shared.cublas_workspace, shared.te_workspace, batch,
+                      shared.global_buffers, tuple([c.kept for c in chunks]),
+                      transient + shared.cublas_workspace + shared.te_workspace + batch + shared.global_buffers)
+
+
+def held_activations(chunk_microbatches: tuple[int, ...], weights: tuple[int, ...]) -> int:
+    """The activations alive at the schedule's fullest moment: each chunk's microbatches in
+    flight times the bytes one of them keeps."""
+    return sum(n * kept for n, kept in zip(chunk_microbatches, weights))
+
+
+def device_overhead(parallel, moe: bool, overheads: Overheads, allocated: int) -> DeviceOverhead:
+    """What the device holds outside the allocator for a stage with ``allocated`` bytes: the
+    CUDA context, one set of NCCL buffers per communicator of this layout, and the
+    allocator's fragmentation of the allocated bytes."""
+    return DeviceOverhead(
+        cuda_context=overheads.cuda_context_bytes,
+        communication_buffers=overheads.nccl_bytes_per_communicator * len(communicators(parallel, moe)),
+        fragmentation=int(allocated * overheads.fragmentation),
+    )
+
+
+def fixed_device_bytes(parallel, moe: bool, overheads: Overheads) -> int:
+    """The part of ``device_overhead`` that does not grow with the allocated bytes."""
+    return device_overhead(parallel, moe, overheads, 0).total
+
+
+def device_bytes(allocated: int, fixed: int, fragmentation: float) -> int:
+    """``StageEstimate.device_peak_bytes`` of a stage with ``allocated`` bytes: those plus
+    ``device_overhead`` (``fixed``: ``fixed_device_bytes``; ``fragmentation``: the fraction)."""
+    return allocated + fixed + int(allocated * fragmentation)
+
+
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
                    environ: Mapping[str, str], budget: int | None,
                    tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
-    """One stage's estimate; ``tensors`` (one list per model chunk) when already built."""
+    """One stage's estimate; ``tensors`` (one list per model chunk) when already built.
+
+    It adds three parts, each a function of its own inputs (the planner memoises each on
+    what it reads): the model states (``stage_states``), the activations and transients
+    per microbatch (``stage_terms``) and the microbatches the schedule keeps alive
+    (``layout.microbatches_in_flight``)."""
     p = config.parallel
     if tensors is None:
         tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
     params = sum(count(t).total for t in tensors)
-    states = model_states(config, tensors)
+    held_states = stage_states(config, tensors)
+    states = held_states.states
 
-    per_chunk = [chunk_activation_bytes(config, chunk) for chunk in stage.chunks]
-    weights = tuple(kept for kept, _ in per_chunk)
+    terms = stage_terms(config, stage, overheads, environ)
+    weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
                                       bool(config.namespace.get("overlap_moe_expert_parallel_comm")))
-    activations = sum(n * kept for n, (kept, _) in zip(inflight.chunk_microbatches, per_chunk))
-    deferred = _deferred_wgrad_bytes(config) if stage.post_process else 0
+    activations = held_activations(inflight.chunk_microbatches, weights)
+    deferred = deferred_wgrad_bytes(config) if stage.post_process else 0
     activations += deferred
 
-    transients = stage_transients(config, stage, per_chunk, overheads.compute_capability)
-    moment = max(transients, key=transients.get)
-    transient = transients[moment]
-
-    cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
-                                       bool(config.namespace.get("deterministic_mode")))
-    te = te_workspace_for(config, overheads.compute_capability)
-    batch = _batch_bytes(config) if (stage.pre_process or stage.post_process) else 0
-    buffers = _global_buffers(config)
-    # A resumed run with --ckpt-fully-parallel-load: the load's broadcast buffers outlive it
-    # into the first step (memory/checkpoint.py).
-    exchange = load_exchange_bytes(config, tensors)
-    other = transient + cublas + te + batch + buffers + states.fsdp_transient + exchange
+    exchange = held_states.checkpoint_exchange
+    other = terms.unscheduled + states.fsdp_transient + exchange
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
-    groups = communicators(p, config.model.moe is not None)
-    device = DeviceOverhead(
-        cuda_context=overheads.cuda_context_bytes,
-        communication_buffers=overheads.nccl_bytes_per_communicator * len(groups),
-        fragmentation=int(memory.total * overheads.fragmentation),
-    )
+    device = device_overhead(p, config.model.moe is not None, overheads, memory.total)
     details = (
         ("master_params", states.master_params),
         ("optimizer_moments", states.optimizer_moments),
         ("buffer_padding_elements", states.padded_elements),
         ("activations_per_microbatch", sum(weights)),
-        ("transient_" + moment.replace(" ", "_"), transient),
-        ("cublas_workspace", cublas),
-        ("te_workspace", te),
-        ("batch_tensors", batch),
-        ("global_memory_buffer", buffers),
+        ("transient_" + terms.transient_moment.replace(" ", "_"), terms.transient),
+        ("cublas_workspace", terms.cublas_workspace),
+        ("te_workspace", terms.te_workspace),
+        ("batch_tensors", terms.batch_tensors),
+        ("global_memory_buffer", terms.global_buffers),
         ("fp8_weight_copies", states.fp8_weight_copies),
         ("fsdp_unsharded_in_flight", states.fsdp_transient),
         ("deferred_embedding_wgrad", deferred),
@@ -239,7 +334,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         bytes=memory,
         device_overhead=device,
         microbatches_in_flight=inflight.chunk_microbatches,
-        peak_moment=f"{inflight.description}; transient: {moment}",
+        peak_moment=f"{inflight.description}; transient: {terms.transient_moment}",
         details=details,
         budget_bytes=budget,
         imbalanced_peak_bytes=imbalanced,

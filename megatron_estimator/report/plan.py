@@ -1,12 +1,12 @@
 """Rendering plans: text for a terminal, JSON for machines, markdown for reviews.
 
-Renderers read ``planner.Plan`` objects (and, for bad input, the problems) and never compute
+Renderers read ``results.plan.Plan`` records (and, for bad input, the problems) and never compute
 memory.  JSON layout::
 
     {"status": "fits" | "none_fit" | "invalid", "candidates": [...best first...],
      "searched": N, "valid": N, "fitting": N, "seconds": x, ...}
 
-each candidate as ``planner.Candidate.to_json`` writes it (``flags``, ``parallelism``,
+each candidate as ``results.plan.Candidate.to_json`` writes it (``flags``, ``parallelism``,
 ``micro_batch_size``, ``recompute``, ``distributed_optimizer``, ``peak_stage``,
 ``device_peak_bytes``, ``allocated_peak_bytes``, ``headroom_bytes``, ``throughput_proxy``).
 """
@@ -19,7 +19,7 @@ from typing import Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.units import gib
-from megatron_estimator.planner.search import PROXY_FORMULA, Candidate, Plan
+from megatron_estimator.results.plan import PROXY_FORMULA, Candidate, Plan
 
 COLUMNS = ("#", "tp", "pp", "vpp", "cp", "dp", "ep", "etp", "mbs", "M", "sp", "recompute", "dist-opt",
            "peak GiB", "stage", "headroom", "step", "bubble", "recomp", "comm")

@@ -1,0 +1,175 @@
+"""DeepSeek-V2 / V2-Lite / V3: multi-latent attention with its YaRN RoPE, shared + routed experts
+with group-limited routing, and V3's multi-token prediction.
+"""
+
+from __future__ import annotations
+
+from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, REQUIRED, ConfigReader, is_number, is_positive_int, show_value
+from megatron_estimator.inputs.hf.rope import rope_keys, supply_rotary_base
+from megatron_estimator.inputs.hf.shape import core_shape, supply_core_shape, supply_dropout, supply_gated_silu, supply_tie, supply_vocab
+
+
+def map_deepseek(r: ConfigReader) -> None:
+    """DeepSeek-V2 / V2-Lite / V3: MLA attention, shared + routed experts, optional MTP."""
+    v3 = r.model_type == "deepseek_v3"
+    layers, hidden, ffn, heads = core_shape(r)
+    supply_core_shape(r, layers, hidden, ffn, heads)
+    r.ignore("pretraining_tp")
+    r.ignore("num_key_value_heads")  # MLA has no key/value head groups (DeepSeek sets it = heads)
+    max_positions = r.positive_int("max_position_embeddings")
+    if max_positions:
+        r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
+    supply_vocab(r, "vocab_size")
+    supply_tie(r, default=False)
+    r.supply("--normalization", "RMSNorm", "model_type")
+    eps = r.number("rms_norm_eps", 1e-6)
+    if eps is not None:
+        r.supply("--norm-epsilon", eps, "rms_norm_eps")
+    supply_gated_silu(r)
+    if r.boolean("attention_bias", False, note_default=False):
+        r.note(
+            "hf-approximated", "attention_bias",
+            "attention_bias true: Megatron's MLA is built without attention biases",
+        )
+    r.supply("--disable-bias-linear", True, "attention_bias" if r.has("attention_bias") else "model_type")
+    supply_dropout(r, "attention_dropout", "--attention-dropout", 0.0)
+    r.supply("--hidden-dropout", 0.0, "model_type")
+
+    # Multi-latent attention (megatron/core/transformer/multi_latent_attention.py).
+    r.supply("--multi-latent-attention", True, "model_type")
+    if "q_lora_rank" not in r.config:
+        r.value("q_lora_rank", REQUIRED, is_positive_int, "a positive integer or null (no query compression)")
+    q_lora = r.positive_int("q_lora_rank", None, allow_none=True)
+    if q_lora:
+        r.supply("--q-lora-rank", q_lora, "q_lora_rank")
+    for key, flag in (
+        ("kv_lora_rank", "--kv-lora-rank"),
+        ("qk_nope_head_dim", "--qk-head-dim"),
+        ("qk_rope_head_dim", "--qk-pos-emb-head-dim"),
+        ("v_head_dim", "--v-head-dim"),
+    ):
+        value = r.positive_int(key)
+        if value:
+            r.supply(flag, value, key)
+    # The q_a_layernorm (when q_lora_rank is set) and kv_a_layernorm are MLA's q/kv layernorms.
+    r.supply("--qk-layernorm", True, "model_type")
+    # MTP needs --position-embedding-type rope (validate_args); MLA applies its own RoPE/YaRN.
+    r.supply("--position-embedding-type", "rope", "model_type")
+    _mla_rope(r)
+
+    # Experts (transformers modeling_deepseek_v2/v3.py: a layer is MoE when n_routed_experts is
+    # set, index >= first_k_dense_replace and index % moe_layer_freq == 0).
+    experts = r.positive_int("n_routed_experts", None, allow_none=True, note_default=False)
+    if experts is None and "n_routed_experts" in r.config and r.config["n_routed_experts"] is not None:
+        return  # bad value already reported
+    r.ignore(*MOE_TRAINING_KEYS)
+    mtp = r.count("num_nextn_predict_layers", 0, note_default=False) if v3 else 0
+    if not experts:
+        r.ignore("moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace",
+                 "moe_layer_freq", "topk_method", "n_group", "topk_group", "scoring_func",
+                 "norm_topk_prob", "routed_scaling_factor")
+    else:
+        _deepseek_experts(r, experts, layers, v3)
+    if mtp:
+        r.supply("--mtp-num-layers", mtp, "num_nextn_predict_layers")
+    quant = r.raw("quantization_config")
+    if quant is not None:
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else "?"
+        r.note(
+            "hf-not-mapped", "quantization_config",
+            f"quantization_config ({method}) describes how the checkpoint is stored; Megatron "
+            f"trains in the precision chosen by its own flags (--bf16, --fp8-format, ...)",
+        )
+
+
+def _mla_rope(r: ConfigReader) -> None:
+    rope = rope_keys(r)
+    supply_rotary_base(r, rope, 10000.0)
+    scaling = rope.scaling
+    if scaling is None or rope.kind != "yarn":
+        key = rope.kind_key if scaling is not None else ("rope_scaling" if r.has("rope_scaling") else "model_type")
+        r.supply("--rope-type", "rope", key)
+        # MLATransformerConfig.__post_init__ rejects rope fusion unless rope_type is yarn.
+        r.supply("--no-rope-fusion", True, key)
+    if scaling is None:
+        return
+    if rope.kind != "yarn":
+        r.note(
+            "hf-not-mapped", rope.scaling_key,
+            f"{rope.scaling_key} type {rope.kind!r} is not mapped for MLA (plain RoPE is used); "
+            "positions only, memory unchanged",
+        )
+        return
+    r.supply("--rope-type", "yarn", rope.kind_key)
+    for key, flag in (("factor", "--rotary-scaling-factor"), ("mscale", "--mscale"), ("mscale_all_dim", "--mscale-all-dim")):
+        if key in scaling:
+            name = f"{rope.scaling_key}.{key}"
+            if is_number(scaling[key]):
+                r.supply(flag, float(scaling[key]), name)
+            else:
+                r.problem("hf-bad-value", name, f"{name} must be a number, got {show_value(scaling[key])}")
+    # MLATransformerConfig (megatron/core/transformer/transformer_config.py) fixes these; no flag.
+    fixed = {"original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
+    differ = [f"{k} {scaling[k]} (Megatron's MLA uses {v})" for k, v in fixed.items() if k in scaling and scaling[k] != v]
+    if differ:
+        r.note(
+            "hf-approximated", rope.scaling_key,
+            "YaRN with " + ", ".join(differ) + "; positions only, memory unchanged",
+        )
+
+
+def _deepseek_experts(r: ConfigReader, experts: int, layers: int | None, v3: bool) -> None:
+    moe_ffn = r.positive_int("moe_intermediate_size")
+    topk = r.positive_int("num_experts_per_tok")
+    shared = r.count("n_shared_experts", None, allow_none=True, note_default=False) or 0
+    first_dense = r.count("first_k_dense_replace", 0, note_default=False)
+    freq = r.positive_int("moe_layer_freq", 1, note_default=False)
+    r.supply("--num-experts", experts, "n_routed_experts")
+    if moe_ffn:
+        r.supply("--moe-ffn-hidden-size", moe_ffn, "moe_intermediate_size")
+    if topk:
+        r.supply("--moe-router-topk", topk, "num_experts_per_tok")
+    if layers and first_dense is not None and freq:
+        pattern = [1 if (i >= first_dense and i % freq == 0) else 0 for i in range(layers)]
+        if any(p == 0 for p in pattern):
+            r.supply("--moe-layer-freq", pattern, "first_k_dense_replace+moe_layer_freq")
+    if shared and moe_ffn:
+        r.supply("--moe-shared-expert-intermediate-size", shared * moe_ffn, "n_shared_experts+moe_intermediate_size")
+
+    # Routing: softmax (V2) or sigmoid (V3) scores; group-limited top-k; V3's aux-loss-free bias.
+    scoring = r.text("scoring_func", "sigmoid" if v3 else "softmax", note_default=False)
+    method = r.text("topk_method", "noaux_tc" if v3 else "greedy", note_default=False)
+    norm_topk = r.boolean("norm_topk_prob", v3, note_default=False)
+    groups = r.positive_int("n_group", None, allow_none=True, note_default=False)
+    group_topk = r.positive_int("topk_group", None, allow_none=True, note_default=False)
+    scale = r.number("routed_scaling_factor", 2.5 if v3 else 1.0, note_default=False)
+    if scoring in ("softmax", "sigmoid"):
+        if scoring == "sigmoid":
+            r.supply("--moe-router-score-function", "sigmoid", "scoring_func")
+    elif scoring is not None:
+        r.note(
+            "hf-not-mapped", "scoring_func",
+            f"scoring_func {scoring!r} is not mapped; Megatron's softmax router is used (no "
+            "memory effect)",
+        )
+    if method == "noaux_tc":
+        # e_score_correction_bias: Megatron keeps it as the router's expert_bias buffer (not a parameter).
+        r.supply("--moe-router-enable-expert-bias", True, "topk_method")
+    if method in ("group_limited_greedy", "noaux_tc") and groups and groups > 1 and group_topk:
+        r.supply("--moe-router-num-groups", groups, "n_group")
+        r.supply("--moe-router-group-topk", group_topk, "topk_group")
+    elif method not in (None, "greedy", "group_limited_greedy", "noaux_tc"):
+        r.note(
+            "hf-not-mapped", "topk_method",
+            f"topk_method {method!r} is not mapped (routing only, no memory effect)",
+        )
+    if scoring == "softmax" and norm_topk is False:
+        r.supply("--moe-router-pre-softmax", True, "norm_topk_prob")
+    if scoring == "sigmoid" and norm_topk is False and topk and topk > 1:
+        r.note(
+            "hf-approximated", "norm_topk_prob",
+            "sigmoid routing without renormalised top-k: Megatron renormalises (routing only, no "
+            "memory effect)",
+        )
+    if scale is not None and scale != 1.0:
+        r.supply("--moe-router-topk-scaling-factor", float(scale), "routed_scaling_factor")

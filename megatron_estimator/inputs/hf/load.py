@@ -1,0 +1,114 @@
+"""Reading a config.json file and choosing the mapper for its ``model_type``.
+
+``load_hf_config(path)`` reads a local file (or the ``config.json`` inside a directory; never
+the network); ``parse_hf_config(text, source)`` maps its text.  Neither raises on bad input:
+problems come back in the ``HfImport``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
+from megatron_estimator.inputs.hf.deepseek import map_deepseek
+from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
+from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
+from megatron_estimator.inputs.hf.result import HfImport, failed_import
+
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+)
+
+
+MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
+    **{name: map_decoder for name in FAMILIES},
+    "deepseek_v2": map_deepseek,
+    "deepseek_v3": map_deepseek,
+    "gpt2": map_gpt2,
+    "gpt_neox": map_gpt_neox,
+}
+
+
+def load_hf_config(path: str | os.PathLike) -> HfImport:
+    """Read a local config.json (or the one inside a directory) into Megatron settings."""
+    given = os.fspath(path)
+    file = os.path.join(given, "config.json") if os.path.isdir(given) else given
+    if not os.path.exists(file):
+        if os.path.isdir(given):
+            message = f"no config.json in directory {given}"
+        else:
+            message = f"no such file: {given} (give a config.json or the directory holding it)"
+        return failed_import(file, Problem("hf-config-not-found", given, message))
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read()
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        return failed_import(file, Problem("hf-config-unreadable", file, f"not UTF-8 text: {error}"))
+    except OSError as error:
+        return failed_import(file, Problem("hf-config-unreadable", file, f"cannot read: {error.strerror or error}"))
+    return parse_hf_config(text, file)
+
+
+def parse_hf_config(text: str, source: str) -> HfImport:
+    """Map config.json text to Megatron settings; ``source`` names the file in locations."""
+    duplicates: list[str] = []
+    try:
+        config = json.loads(text, object_pairs_hook=pairs_hook(duplicates))
+    except json.JSONDecodeError as error:
+        return failed_import(
+            source,
+            Problem(
+                "hf-malformed-json",
+                f"{source}:{error.lineno}",
+                f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})",
+            ),
+        )
+    if not isinstance(config, dict):
+        return failed_import(
+            source,
+            Problem("hf-malformed-json", f"{source}:1", "a config.json holds one JSON object {...}"),
+        )
+    reader = ConfigReader(config, key_lines(text), source)
+    for key in duplicates:
+        reader.note(
+            "hf-duplicate-key", key,
+            f"{key} appears more than once; the last value is used (as HuggingFace does)",
+        )
+
+    model_type = config.get("model_type")
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    if model_type is None:
+        reader.problem(
+            "hf-missing-key", "",
+            f"model_type is missing, so the architecture is unknown; supported model types: {supported}",
+        )
+    elif not isinstance(model_type, str):
+        reader.problem(
+            "hf-bad-value", "model_type",
+            f"model_type must be a string, got {show_value(model_type)}",
+        )
+    elif model_type not in MAPPERS:
+        reader.problem(
+            "unsupported-hf-model", "model_type",
+            f"{source} describes model_type {model_type!r}, which this importer does not map; "
+            f"supported model types: {supported}",
+        )
+    else:
+        MAPPERS[model_type](reader)
+        reader.note_unread_keys()
+    return reader.result(reader.model_type)

@@ -1,0 +1,72 @@
+"""Mapping steps every architecture shares: the core shape (layers, hidden, FFN, heads), query
+groups, vocabulary, tied embeddings, the gated SiLU MLP and dropout.
+"""
+
+from __future__ import annotations
+
+from megatron_estimator.inputs.hf.reader import ConfigReader
+
+
+def core_shape(r: ConfigReader) -> tuple:
+    """Layers, hidden, ffn and heads as the config gives them (each read once)."""
+    layers = r.positive_int("num_hidden_layers")
+    hidden = r.positive_int("hidden_size")
+    ffn = r.positive_int("intermediate_size")
+    heads = r.positive_int("num_attention_heads")
+    return layers, hidden, ffn, heads
+
+
+def supply_core_shape(r: ConfigReader, layers, hidden, ffn, heads) -> None:
+    if layers:
+        r.supply("--num-layers", layers, "num_hidden_layers")
+    if hidden:
+        r.supply("--hidden-size", hidden, "hidden_size")
+    if ffn:
+        r.supply("--ffn-hidden-size", ffn, "intermediate_size")
+    if heads:
+        r.supply("--num-attention-heads", heads, "num_attention_heads")
+
+
+def supply_query_groups(r: ConfigReader, heads: int | None, kv_heads: int | None) -> None:
+    if heads and kv_heads and kv_heads != heads:
+        r.supply("--group-query-attention", True, "num_key_value_heads")
+        r.supply("--num-query-groups", kv_heads, "num_key_value_heads")
+
+
+def supply_vocab(r: ConfigReader, key: str) -> None:
+    vocab = r.positive_int(key)
+    if vocab:
+        r.supply("--vocab-size", vocab, key)
+        if vocab % 128:
+            padded = -(-vocab // 128) * 128
+            r.note(
+                "hf-vocab-padded", key,
+                f"Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by "
+                f"(128) x TP: {vocab} becomes {padded} at TP=1; pass "
+                f"--make-vocab-size-divisible-by 1 to keep {vocab} (HuggingFace parameter counts use {vocab})",
+            )
+
+
+def supply_tie(r: ConfigReader, default: bool) -> None:
+    tied = r.boolean("tie_word_embeddings", default, note_default=False)
+    if tied is False:
+        r.supply("--untie-embeddings-and-output-weights", True, "tie_word_embeddings")
+
+
+def supply_gated_silu(r: ConfigReader) -> None:
+    act = r.text("hidden_act", "silu")
+    if act is None:
+        return
+    r.supply("--swiglu", True, "hidden_act")
+    if act not in ("silu", "swish"):
+        r.note(
+            "hf-approximated", "hidden_act",
+            f"hidden_act {act!r}: Megatron's gated MLP is built with --swiglu (SiLU); parameters "
+            f"and activation shapes are the same, the activation function is not",
+        )
+
+
+def supply_dropout(r: ConfigReader, key: str, flag: str, default: float) -> None:
+    value = r.fraction(key, default, note_default=False)
+    if value is not None:
+        r.supply(flag, float(value), key)

@@ -1,0 +1,209 @@
+"""The throughput proxy: the relative step time the planner ranks layouts by (lower is
+better; 1.0 is compute alone)::
+
+    step = (1 + R + (T_tp + T_cp + T_ep) / C) x (1 + bubble) + T_dp / C
+
+- C, the compute per GPU and step: F / (world x ``achieved_flops``), F = tokens x 3 x
+  (sum over the layers of 2 x active parameters + the causal core attention s x a x (d_qk
+  + d_v)) + the output layers' 6 x V x h (MTP included);
+- bubble = (p - 1) / (v x M), M microbatches per step (megatron/core/pipeline_parallel/schedules.py);
+- R, recompute: full recompute re-runs a layer's forward, a third of its forward and
+  backward: R = forward flops of the recomputed layers / step flops (uniform: all layers;
+  block n: the first n layers of each model chunk); selective ``core_attn`` re-runs only the
+  core attention: R = its forward flops / step flops;
+- T_g = V_g / bandwidth, V_g the bytes each GPU sends per step (ring collectives: all-reduce
+  2(n-1)/n, all-gather and reduce-scatter (n-1)/n of the full tensor), X = s/cp x b x h
+  activation bytes:
+  TP: per layer and microbatch two collectives forward and two backward, 8(t-1)/t x X (the
+  same with sequence parallelism, all-gather + reduce-scatter for all-reduce); the MoE block
+  over etp with top-k times the tokens; a fully recomputed layer adds its forward ones again;
+  CP: per layer and microbatch the ring passes the local K and V (cp-1) times forward and K,
+  V and their gradients (cp-1) times backward: 3(cp-1) x local K+V bytes;
+  EP: per MoE layer and microbatch dispatch and combine, forward and backward: 4 all-to-alls
+  of (ep-1)/ep x tokens x top-k x h (tokens / t under sequence parallelism);
+  DP: per step the gradients of the GPU's parameters, all-reduced over dp x cp (dense) and
+  expert dp (experts), or with the distributed optimizer reduce-scattered, with the
+  parameters all-gathered;
+- the bandwidth is ``intra_node_bandwidth`` when the group's ranks lie in one node under
+  Megatron's rank order (tp-cp-ep-dp-pp: a group of n ranks at stride k spans n x k
+  consecutive ranks), else ``inter_node_bandwidth``.  Pipeline send/receive is not counted
+  and communication is not assumed to overlap compute.
+
+Ties go to the lower device peak (``planner.search``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.model.states import DTYPE_BYTES
+from megatron_estimator.results.plan import ProxyBreakdown, Recompute
+
+
+class LayoutCost:
+    """The throughput proxy of one layout (tp, cp, pp, ep, etp, split), cached per inner choice."""
+    __slots__ = ("search", "layout", "family", "dims", "_proxy")     # one per layout searched
+
+    def __init__(self, search: "_Search", layout, family, dims: ParallelDims):
+        self.search, self.layout, self.family, self.dims = search, layout, family, dims
+        self._proxy: dict[tuple, tuple] = {}
+
+    def recomputed_fraction(self, rec: Recompute) -> float:
+        """Forward flops of the layers full recompute re-runs / forward flops of all decoder layers."""
+        key = (self.layout.pp, self.layout.pipeline, rec)
+        cached = self.search.recomputed_cache.get(key)
+        if cached is None:
+            model = self.search.proxy_model
+            pattern = self.search.layer_pattern()
+            dense_f, moe_f = model.layer_forward
+            total = sum(moe_f if k else dense_f for k in pattern) or 1.0
+            again = 0.0
+            for stage in self.family.stages:
+                for chunk in stage.chunks:
+                    layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
+                    again += sum(moe_f if pattern[i] else dense_f for i in layers)
+            cached = self.search.recomputed_cache[key] = again / total
+        return cached
+
+    def proxy(self, mbs: int, m: int, rec: Recompute, sp: bool, do: bool) -> ProxyBreakdown:
+        """The throughput proxy of the module docstring."""
+        terms = self._proxy_terms(rec, sp, do)
+        r, tp_c, cp_c, ep_c, dp_c, c, volumes = terms
+        bubble = (self.layout.pp - 1) / ((self.family.vpp or 1) * m)
+        step = (1 + r + tp_c + cp_c + ep_c) * (1 + bubble) + dp_c
+        return ProxyBreakdown(step, bubble, r, tp_c, cp_c, ep_c, dp_c, c, *volumes)
+
+    def step(self, m: int, rec: Recompute, sp: bool, do: bool) -> float:
+        """The proxy's relative step time alone (for ranking every layout that fits)."""
+        r, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
+        return (1 + r + tp_c + cp_c + ep_c) * (1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)) + dp_c
+
+    def _proxy_terms(self, rec: Recompute, sp: bool, do: bool) -> tuple:
+        """(R, T_tp/C, T_cp/C, T_ep/C, T_dp/C, C, bytes sent per step by tp, cp, ep, dp).
+
+        The volumes per microbatch grow with the micro batch b and there are M = gbs / (b dp)
+        microbatches: the step's volumes do not depend on b, only the bubble does."""
+        key = (rec, sp, do)
+        terms = self._proxy.get(key)
+        if terms is not None:
+            return terms
+        search = self.search
+        model = search.proxy_model
+        a, node = search.proxy_assumptions, search.space.gpus_per_node
+        d = self.dims
+        tp, cp, pp, ep, etp, dp, edp = d.tp, d.cp, d.pp, d.ep, d.etp, d.dp, d.edp
+        s_local = model.seq_length // cp
+        tokens_per_step = s_local * search.gbs / dp                   # M x b tokens through each GPU
+        x = tokens_per_step * model.hidden * model.act_bytes          # M x one [s/cp, b, h] activation
+        dense_layers, moe_layers = model.dense_layers / pp, model.moe_layers / pp
+        again = self.recomputed_fraction(rec) if rec.granularity == "full" else 0.0
+
+        def bandwidth(size: int, stride: int) -> float:
+            return a.intra_node_bandwidth if size * stride <= node else a.inter_node_bandwidth
+
+        tp_bytes = 0.0
+        if tp > 1:                                     # attention blocks and dense MLP blocks
+            tp_bytes += (dense_layers + moe_layers + dense_layers) * 4 * (tp - 1) / tp * x
+        if etp > 1 and moe_layers:
+            tp_bytes += moe_layers * 4 * (etp - 1) / etp * x * model.topk
+        tp_bytes *= 1 + 0.5 * again
+        cp_bytes = 0.0
+        if cp > 1:
+            kv = tokens_per_step * model.kv_width * model.act_bytes / tp
+            cp_bytes = (dense_layers + moe_layers) * (cp - 1) * kv * (3 + again)
+        ep_bytes = 0.0
+        if ep > 1 and moe_layers:
+            tokens = tokens_per_step / (tp if sp else 1)
+            ep_bytes = (moe_layers * 4 * (ep - 1) / ep * tokens * model.topk * model.hidden * model.act_bytes
+                        * (1 + 0.5 * again))
+        per = (model.grad_bytes + model.param_bytes) if do else 2 * model.grad_bytes
+        n_dense = dp * cp
+        dp_dense = (n_dense - 1) / n_dense * model.dense_params / (tp * pp) * per
+        dp_expert = (edp - 1) / edp * model.expert_params / (ep * etp * pp) * per
+
+        c = model.flops_per_gpu / a.achieved_flops
+        dp_s = dp_dense / bandwidth(n_dense, tp) + dp_expert / bandwidth(edp, etp * ep)
+        if rec.granularity == "full":
+            r = model.layer_forward_share * again
+        elif rec.granularity == "selective":
+            r = model.core_attention_share
+        else:
+            r = 0.0
+        terms = self._proxy[key] = (
+            r, tp_bytes / bandwidth(tp, 1) / c, cp_bytes / bandwidth(cp, tp) / c, ep_bytes / bandwidth(ep, etp) / c,
+            dp_s / c, c, (int(tp_bytes), int(cp_bytes), int(ep_bytes), int(dp_dense + dp_expert)))
+        return terms
+
+
+
+@dataclass(frozen=True)
+class ProxyModel:
+    """What the proxy needs of the model, computed once per plan."""
+    seq_length: int
+    hidden: int
+    act_bytes: int
+    param_bytes: int
+    grad_bytes: int
+    kv_width: int                  # K + V elements per token, all heads
+    topk: int
+    dense_layers: int
+    moe_layers: int
+    dense_params: int              # one copy of the non-expert parameters
+    expert_params: int             # one copy of the expert parameters
+    flops_per_gpu: float           # model flops per GPU and step
+    layer_forward_share: float     # the decoder layers' forward flops / step flops
+    core_attention_share: float    # the core attention's forward flops / step flops
+    layer_forward: tuple[float, float]   # forward flops per token of a (dense, MoE) layer
+
+
+def proxy_model(search: "_Search") -> ProxyModel:
+    from megatron_estimator.model.parameters import count, embedding_tensors, mtp_tensors
+
+    config = search.reference
+    m = config.model
+    pattern = search.layer_pattern()
+    s = config.training.seq_length
+    a = m.num_attention_heads
+    if m.mla is not None:
+        d_qk, d_v = m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim, m.mla.v_head_dim
+        kv_width = a * (d_qk + d_v)
+    else:
+        d_qk = d_v = m.kv_channels
+        kv_width = 2 * m.num_query_groups * m.kv_channels
+    # Core attention per token, forward: QK^T and PV, 2 flops per multiply-add, s/2 keys on
+    # average under the causal mask: 2 x 2 x s/2 x a x d.
+    core = s * a * (d_qk + d_v)
+    one = replace(config, parallel=ParallelDims(search.world, 1, 1, 1, 1, 1))
+    forward: dict[bool, float] = {}
+    dense_params = expert_params = 0
+    for kind in sorted(set(pattern)):
+        dense, expert, _, _ = search.layer_counts(1, 1, 1, kind)
+        active = dense + (expert * m.moe.router_topk / m.moe.num_experts if kind else 0)
+        forward[kind] = 2 * active + core
+        dense_params += pattern.count(kind) * dense
+        expert_params += pattern.count(kind) * expert
+    output = m.padded_vocab_size * m.hidden_size
+    dense_params += count(embedding_tensors(one)).total + (output if m.untie_embeddings_and_output_weights else 0)
+    mtp_forward = 0.0
+    for j in range(m.mtp_num_layers):
+        c = count(mtp_tensors(one, j))
+        dense_params += c.dense
+        expert_params += c.expert
+        mtp_forward += forward[pattern[-1]] + 2 * 2 * m.hidden_size * m.hidden_size + 2 * output
+    layers_forward = sum(forward[k] * pattern.count(k) for k in forward)
+    step_per_token = 3 * (layers_forward + 2 * output + mtp_forward)
+    prec = config.precision
+    return ProxyModel(
+        seq_length=s, hidden=m.hidden_size, act_bytes=2 if prec.params_dtype != "fp32" else 4,
+        param_bytes=DTYPE_BYTES[prec.params_dtype], grad_bytes=DTYPE_BYTES[prec.main_grads_dtype],
+        kv_width=kv_width, topk=m.moe.router_topk if m.moe else 0,
+        dense_layers=pattern.count(False), moe_layers=pattern.count(True),
+        dense_params=dense_params, expert_params=expert_params,
+        flops_per_gpu=step_per_token * search.gbs * s / search.world,
+        layer_forward_share=layers_forward / step_per_token,
+        core_attention_share=core * m.num_layers / step_per_token,
+        layer_forward=(forward.get(False, 0.0), forward.get(True, 0.0)),
+    )
+
+

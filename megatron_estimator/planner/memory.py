@@ -1,0 +1,431 @@
+"""The memory of a layout: ``model/stage.py``'s stage function, cached by what each part reads.
+
+"Fits" means the device peak of the peak stage (``StageEstimate.device_peak_bytes``:
+allocated memory plus CUDA context, NCCL buffers and fragmentation) is at most the budget.
+The numbers are ``estimate``'s own: ``LayoutMemory`` adds the public parts of
+``model/stage.py`` ``estimate_stage`` (``stage_states``, ``stage_terms`` with ``shared_terms``,
+``held_activations``, ``deferred_wgrad_bytes``, ``fixed_device_bytes``, ``device_bytes``),
+each memoised on what it reads:
+
+- activations (``LayoutActivations``): per (tp, cp, etp, micro batch, sequence parallel,
+  selective recompute modules), a chunk's ``chunk_activation_bytes`` as a cached form: each
+  layer's bytes by layer kind (dense or MoE, ``activations.layer_activations`` reads the
+  layer only through its kind) and the chunk's ``recompute_groups`` counted by kind; then
+  ``stage_terms`` of each stage structure on those chunks; shared by every ep, optimizer and
+  split;
+- model states: bounded first, from model/states.py ``model_states`` on padding-free probe
+  tensors (per-element rates of the cheapest and the costliest tensor kind) plus the most
+  padding the distributed optimizer can add.  A layout whose lower bound is over budget is
+  rejected, one whose upper bound fits is accepted; only layouts in between (a few megabytes
+  wide) and the reported ones get the exact ``stage_states``, which are checked against the
+  bounds.
+
+Two facts of the schedule (model/layout.py), exact and tested against it by brute force:
+within a group of stages of the same structure the lowest rank has the most microbatches
+alive at every step (its warm-up is longest), so it alone can be the group's peak
+(``StageGroup``); and the interleaved schedule's live counts repeat with the microbatch
+group, so ``schedule_microbatches`` gives a smaller microbatch count with the same peak (and
+the peak's moment does not change when the chunk weights are scaled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.model import activations as act
+from megatron_estimator.model import stage as stage_model
+from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight
+from megatron_estimator.model.states import DTYPE_BYTES, with_distributed_optimizer
+from megatron_estimator.planner.space import LayoutChoice
+from megatron_estimator.planner.validity import expert_overlay
+from megatron_estimator.results.plan import NO_RECOMPUTE, Recompute
+
+
+def schedule_microbatches(pp: int, rank: int, vpp: int | None, m: int, group: int, extra_warmup: int = 0) -> int:
+    """A microbatch count M' <= m for which ``layout.microbatches_in_flight`` gives the same
+    chunk counts as for m, for any chunk weights.
+
+    The interleaved schedule (layout.py ``_interleaved_peak``, after schedules.py
+    ``get_schedule_table``) runs groups of ``group`` microbatches through the v chunks; with
+    W warm-up forwards, the live counts after forward j are periodic in j with period
+    P = group x v while forwards and backwards both fall in full groups, and near the end
+    they depend only on the distance from the end.  With n full groups before the last one,
+    n >= ceil((W + 2P) / P) keeps every distinct state and their first-occurrence order, so
+    the surplus full groups can go."""
+    if pp == 1 or not vpp or vpp == 1:
+        return m
+    period = group * vpp
+    last = m - group * ((m - 1) // group)
+    full = (m - last) // group
+    warmup = (pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup
+    needed = -(-(warmup + 2 * period) // period)
+    return m if full <= needed else needed * group + last
+
+
+
+@dataclass(frozen=True, eq=False)
+class StageGroup:
+    """The stages of one structure in a pipeline split, represented by the lowest rank of
+    them (the one with the most microbatches alive: the group's peak).  The ids are the
+    search's interned structures (layer kinds, embedding, loss, output weight, MTP), so
+    caches key on small ints."""
+    stage_id: int
+    chunk_ids: tuple[int, ...]      # one per model chunk of the stage
+    stage: StageLayout              # the group's lowest rank
+    rank: int                       # its pipeline rank
+    runs_loss: bool                 # the stage computes the loss (its post_process)
+
+
+class LayoutFamily:
+    """What a pipeline split fixes: the stages (``layout.pipeline_stages``), the groups of
+    stages of one structure (``groups``) and the schedule's settings."""
+
+    def __init__(self, search: "_Search", stages: tuple[StageLayout, ...], derived: Mapping):
+        pattern = search.layer_pattern()
+        self.stages = stages
+        self.vpp = derived.get("virtual_pipeline_model_parallel_size")
+        self.group_size = derived["microbatch_group_size_per_vp_stage"]
+        self.combined_1f1b = bool(derived.get("overlap_moe_expert_parallel_comm"))
+        self.max_chunk_layers = max((len(c.layers) for s in stages for c in s.chunks), default=0)
+        seen: set[int] = set()
+        groups = []
+        for stage in stages:
+            chunk_ids = tuple(search.intern(("chunk", tuple(pattern[i] for i in c.layers), c.pre_process,
+                                             c.post_process, c.mtp_layers)) for c in stage.chunks)
+            stage_id = search.intern(("stage", chunk_ids, tuple((c.embedding, c.output_weight) for c in stage.chunks)))
+            if stage_id in seen:
+                continue                        # a higher rank of the same structure: never the peak
+            seen.add(stage_id)
+            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process))
+        self.groups: tuple[StageGroup, ...] = tuple(groups)
+        self.parts: dict[tuple, list[int]] = {}          # LayoutMemory._parts, shared by the family
+
+
+class LayoutActivations:
+    """``stage_terms`` of every stage structure under one (tp, cp, etp, micro batch, sequence
+    parallel, selective recompute modules) choice, on a configuration with it.  A layer's bytes
+    depend on the layer only through its kind (dense or MoE) and on recompute only through the
+    selective modules; full recompute changes which layers are kept whole
+    (``_Search.recompute_grouping``), so its variants share this record."""
+
+    def __init__(self, search: "_Search", cfg):
+        self.search, self.cfg = search, cfg
+        self._layers: dict[bool, int] = {}
+        self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
+        self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._deferred: dict[int, int] = {}
+        self.layer_input = act.layer_input_bytes(cfg)
+        self.embedding = act.embedding_activations(cfg)
+        self.loss_kept = act.loss_activations(cfg)[0]
+        self._mtp: int | None = None
+        self._kinds: tuple[int, int] | None = None
+        self.shared = stage_model.shared_terms(cfg, search.overheads, search.env)
+
+    def layer(self, index: int) -> int:
+        """model/activations.py ``layer_activations`` total: it depends on the layer's kind only."""
+        kind = self.search.pattern[index]
+        value = self._layers.get(kind)
+        if value is None:
+            value = self._layers[kind] = act.layer_activations(self.cfg, index).total
+        return value
+
+    def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute) -> stage_model.ChunkActivations:
+        """model/stage.py ``chunk_activation_bytes``, from the chunk's recompute groups counted
+        by layer kind (its cached form: the brute-force tests hold it equal)."""
+        key = (chunk_id, rec)
+        value = self._chunks.get(key)
+        if value is None:
+            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
+            dense, moe = self.kind_bytes()
+            kept = whole[0] * dense + whole[1] * moe + groups[0] * self.layer_input
+            # --cpu-offloading-num-layers: the chunk's first layers live on the host (validation
+            # excludes recompute with it, so they are all whole layers).
+            kept -= sum(self.layer(i) for i in chunk.layers[:self.cfg.training.cpu_offloading_num_layers])
+            recompute_peak = max((d * dense + m * moe for d, m in groups[1]), default=0)
+            if chunk.pre_process:
+                kept += self.embedding
+            if chunk.post_process:
+                kept += self.loss_kept
+            if chunk.mtp_layers:
+                if self._mtp is None:
+                    self._mtp = act.mtp_layer_activations(self.cfg)
+                kept += chunk.mtp_layers * self._mtp
+            value = self._chunks[key] = stage_model.ChunkActivations(kept, recompute_peak)
+        return value
+
+    def kind_bytes(self) -> tuple[int, int]:
+        """Bytes one dense and one MoE layer keep (0 for a kind the model does not have)."""
+        if self._kinds is None:
+            pattern = self.search.pattern
+            dense = self.layer(pattern.index(False)) if False in pattern else 0
+            moe = self.layer(pattern.index(True)) if True in pattern else 0
+            self._kinds = (dense, moe)
+        return self._kinds
+
+    def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
+        """model/stage.py ``stage_terms`` of the group's stage under this recompute choice, as
+        the schedule uses it: (``chunk_weights``, ``unscheduled``)."""
+        key = (group.stage_id, rec)
+        parts = self._stages.get(key)
+        if parts is None:
+            search, cache = self.search, self._chunks
+            chunks = tuple(cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
+                           for cid, chunk in zip(group.chunk_ids, group.stage.chunks))
+            terms = stage_model.stage_terms(self.cfg, group.stage, search.overheads, search.env, chunks, self.shared)
+            parts = self._stages[key] = (terms.chunk_weights, terms.unscheduled)
+        return parts
+
+    def deferred(self, m: int) -> int:
+        """model/stage.py ``deferred_wgrad_bytes`` with M microbatches (on the loss stage)."""
+        if not self.cfg.training.defer_embedding_wgrad_compute:
+            return 0
+        value = self._deferred.get(m)
+        if value is None:
+            value = self._deferred[m] = stage_model.deferred_wgrad_bytes(
+                replace(self.cfg, training=replace(self.cfg.training, num_microbatches=m)))
+        return value
+
+
+@dataclass(frozen=True)
+class StateRates:
+    """Model-state bytes per element, the cheapest and the costliest tensor kind."""
+    dense_low: float
+    dense_high: float
+    expert_low: float
+    expert_high: float
+
+
+def census(tensors) -> tuple[int, int, int, int]:
+    """(dense elements, expert elements, dense tensors, expert tensors) of a tensor list."""
+    dense = [t.numel for t in tensors if not t.expert]
+    expert = [t.numel for t in tensors if t.expert]
+    return sum(dense), sum(expert), len(dense), len(expert)
+
+
+class LayoutMemory:
+    """The per-stage memory of one layout: ``estimate_stage``'s parts, cached by what each
+    depends on (see the module docstring)."""
+    __slots__ = ("search", "layout", "family", "_derived", "_config", "dims", "fixed", "fragmentation", "_exceed",
+                 "_lower", "_upper", "_states")                                       # one per layout searched
+
+    def __init__(self, search: "_Search", layout: LayoutChoice, family: LayoutFamily, derived: Mapping):
+        self.search, self.layout, self.family = search, layout, family
+        self._derived, self._config = derived, None
+        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
+        self.fixed = stage_model.fixed_device_bytes(self.dims, search.moe, search.overheads)
+        self.fragmentation = search.overheads.fragmentation
+        self._exceed: dict[bool, bool] = {}
+        self._lower: dict[bool, list[int]] = {}             # lower_bounds by optimizer choice
+        self._upper: dict[bool, list[int | None]] = {}      # upper_bounds by optimizer choice
+        self._states: dict[bool, list[stage_model.StageStates]] = {}
+
+    @property
+    def config(self):
+        """This layout's EstimatorConfig (config.build_config on its derived namespace)."""
+        if self._config is None:
+            from megatron_estimator.config.typed import build_config
+
+            ns = dict(self._derived)
+            ns.update(expert_overlay(self.layout.ep, self.layout.etp))
+            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env)
+        return self._config
+
+    def states_exceed(self, do: bool) -> bool:
+        """Whether the lower bound of the model states alone puts a stage over the budget."""
+        exceed = self._exceed.get(do)
+        if exceed is None:
+            worst = max(self.lower_bounds(do))
+            exceed = self._exceed[do] = stage_model.device_bytes(worst, self.fixed, self.fragmentation) > self.search.budget
+        return exceed
+
+    def lower_bounds(self, do: bool) -> list[int]:
+        """A lower bound of each stage group's model states (weights, gradients, optimizer states)."""
+        return self._lower.get(do) or self._bounds(do, 0)
+
+    def upper_bounds(self, do: bool) -> list[int | None]:
+        """An upper bound of each stage group's model states and FSDP transient (None: unbounded)."""
+        return self._upper.get(do) or self._bounds(do, 1)
+
+    def _bounds(self, do: bool, which: int) -> list:
+        cache = self._upper if which else self._lower
+        out = cache.get(do)
+        if out is None:
+            search, lay = self.search, self.layout
+            out = []
+            for group in self.family.groups:
+                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
+                value = search.bounds_cache.get(key)
+                if value is None:
+                    value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
+                out.append(value)
+            cache[do] = out
+        return out
+
+    def _states_bound(self, do: bool, group: StageGroup, upper: bool) -> int | None:
+        """A bound of the stage's model states (weights, gradients, optimizer states).
+
+        model/states.py ``model_states`` is linear in the elements of each tensor kind, up to
+        buffer padding and integer truncation: a stage's states lie between its elements times
+        the cheapest kind's rate and its elements times the costliest kind's rate plus the most
+        padding the distributed optimizer adds (each tensor starts on a 64-element boundary,
+        each bucket ends on a multiple of lcm(shard, 128)).  Megatron-FSDP's transient is not
+        bounded above.  ``_Search.state_rates`` measures the rates on padding-free probes."""
+        search = self.search
+        lay, dims = self.layout, self.dims
+        stage = group.stage
+        ref = search.reference
+        if upper and ref.precision.use_megatron_fsdp:
+            return None
+        rates = search.state_rates(dims, do)
+        dense = expert = padding = 0
+        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
+        for cid, chunk in zip(group.chunk_ids, stage.chunks):
+            d, e, nd, ne = search.chunk_census(lay.tp, lay.ep, lay.etp, cid, chunk)
+            dense, expert = dense + d, expert + e
+            if chunk.post_process:
+                nd += 2                                            # the final norm: weight (and bias)
+            padding += nd * 64 + (nd + 3) * dense_divisor if nd else 0
+            padding += ne * 64 + (ne + 3) * expert_divisor if ne else 0
+        truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term
+        if not upper:
+            return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
+        bound = dense * rates.dense_high + expert * rates.expert_high + truncation
+        if do or ref.precision.use_megatron_fsdp:
+            bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
+        return int(bound) + 1
+
+    def states(self, do: bool) -> list[stage_model.StageStates]:
+        """model/stage.py ``stage_states`` of each stage group."""
+        out = self._states.get(do)
+        if out is None:
+            search, lay = self.search, self.layout
+            config = None
+            out = []
+            for group in self.family.groups:
+                # dp x cp = world / (tp pp) and edp do not depend on cp: neither do the states.
+                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id)
+                value = search.states_cache.get(key)
+                if value is None:
+                    if config is None:
+                        config = self.config
+                        config = with_distributed_optimizer(config, do)
+                    value = search.states_cache[key] = stage_model.stage_states(
+                        config, [search.tensors(config, lay, cid, chunk)
+                                 for cid, chunk in zip(group.chunk_ids, group.stage.chunks)])
+                    lower, upper = self.lower_bounds(do)[len(out)], self.upper_bounds(do)[len(out)]
+                    total = value.allocated
+                    if total < lower or (upper is not None and total > upper):
+                        raise RuntimeError(
+                            f"planner: the model states of stage {group.rank} ({total} bytes) fall outside the "
+                            f"planner's bounds [{lower}, {upper}]: model/states.py changed; update "
+                            "LayoutMemory._states_bound")
+                out.append(value)
+            self._states[do] = out
+        return out
+
+    def activations(self, mbs: int, rec: Recompute, sp: bool) -> LayoutActivations:
+        """The activation terms of this choice; they read tp, cp, etp, the training settings and
+        the selective recompute modules, not pp, ep, the split or the optimizer."""
+        lay = self.layout
+        layered = rec if rec.granularity == "selective" else NO_RECOMPUTE
+        key = (lay.tp, lay.cp, lay.etp, mbs, layered, sp)
+        acts = self.search.activations_cache.get(key)
+        if acts is None:
+            base = self.config
+            modules = layered.modules if layered.modules is not None else tuple(self._derived.get("recompute_modules") or ())
+            cfg = replace(base, parallel=ParallelDims(self.search.world, lay.tp, 1, lay.cp, 1, lay.etp),
+                          training=replace(base.training, micro_batch_size=mbs, sequence_parallel=sp,
+                                           recompute_granularity=layered.granularity, recompute_method=None,
+                                           recompute_num_layers=None, recompute_modules=modules,
+                                           distribute_saved_activations=False))
+            acts = self.search.activations_cache[key] = LayoutActivations(self.search, cfg)
+        return acts
+
+    def _parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> list[int]:
+        """Each stage group's bytes besides its model states: activations alive at the schedule's
+        fullest moment, transients, workspaces, batch, buffers (model/stage.py ``estimate_stage``).
+        They depend on tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the
+        layouts of a family."""
+        family = self.family
+        lay = self.layout
+        key = (lay.tp, lay.cp, lay.etp, mbs, r, sp)          # r: the family's recompute choice index
+        parts = family.parts.get(key)
+        if parts is None:
+            parts = family.parts[key] = self._compute_parts(mbs, m, rec, sp)
+        return parts
+
+    def _compute_parts(self, mbs: int, m: int, rec: Recompute, sp: bool) -> list[int]:
+        acts = self.activations(mbs, rec, sp)
+        family = self.family
+        pp, vpp = self.layout.pp, family.vpp
+        inflight_cache = self.search.inflight_cache
+        parts = []
+        stage_cache = acts._stages
+        for group in family.groups:
+            rank = group.rank
+            kept, other = stage_cache.get((group.stage_id, rec)) or acts.stage(group, rec)
+            if group.runs_loss:
+                other += acts.deferred(m)
+            if pp == 1:
+                live = sum(kept)                              # layout.microbatches_in_flight: one at a time
+            elif vpp is None:
+                live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
+            else:
+                # The fullest moment is the same for chunk weights scaled by a positive factor,
+                # and for the smaller microbatch count schedule_microbatches gives.
+                scale = math.gcd(*kept) or 1
+                weights = tuple(k // scale for k in kept)
+                scheduled = schedule_microbatches(pp, rank, vpp, m, family.group_size, int(family.combined_1f1b))
+                key = (pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b)
+                counts = inflight_cache.get(key)
+                if counts is None:
+                    counts = inflight_cache[key] = microbatches_in_flight(
+                        pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b).chunk_microbatches
+                live = stage_model.held_activations(counts, kept)
+            parts.append(other + live)
+        return parts
+
+    def assess(self, do: bool, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> int | None:
+        """None when a stage is over budget, else the peak device bytes (exact, or a lower bound
+        within the few megabytes of padding when the upper bound of the states fits anyway)."""
+        lay = self.layout
+        parts = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self._parts(mbs, m, r, rec, sp)
+        budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
+        worst = 0
+        for lower, part in zip(self._lower.get(do) or self.lower_bounds(do), parts):
+            low = lower + part
+            device = low + fixed + int(low * fragmentation)          # stage.device_bytes, inline: the hot loop
+            if device > budget:
+                return None
+            if device > worst:
+                worst = device
+        for upper, part in zip(self._upper.get(do) or self.upper_bounds(do), parts):
+            if upper is None:
+                break
+            high = upper + part
+            if high + fixed + int(high * fragmentation) > budget:
+                break
+        else:
+            return worst
+        peak = self._exact(do, parts)
+        return None if peak[0] > budget else peak[0]
+
+    def exact_peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int]:
+        """(device peak, allocated peak, rank) of the peak stage, with exact model states."""
+        return self._exact(do, self._compute_parts(mbs, m, rec, sp))
+
+    def _exact(self, do: bool, parts: list[int]) -> tuple[int, int, int]:
+        fixed, fragmentation = self.fixed, self.fragmentation
+        best = None
+        for group, states, part in zip(self.family.groups, self.states(do), parts):
+            allocated = states.allocated + part
+            device = stage_model.device_bytes(allocated, fixed, fragmentation)
+            rank = group.rank
+            if best is None or device > best[0] or (device == best[0] and rank < best[2]):
+                best = (device, allocated, rank)
+        return best
+
