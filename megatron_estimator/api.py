@@ -111,7 +111,8 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
-    from megatron_estimator.inputs.launch import parse_launch_command, unknown_world_size_problem
+    from megatron_estimator.inputs.launch.command import unknown_world_size_problem
+    from megatron_estimator.inputs.launch.walk import parse_launch_command
 
     env = dict(os.environ if environ is None else environ)
     command, problems = parse_launch_command(list(argv), env)
@@ -155,62 +156,26 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
     from pathlib import Path
 
-    from megatron_estimator.inputs.detect import detect_format
+    from megatron_estimator.inputs.registry import ReadOptions, read_file
 
     name = str(path)
     if not Path(path).exists():
         return TrainingInput(RawArgs(), source=name), (Problem("file-not-found", name, "no such file"),)
-    kind = detect_format(path)
-    if kind == "mixed-yaml":
-        return TrainingInput(RawArgs(), source=name), (Problem(
-            "mixed-format", name, "has top-level keys of both YAML formats: model: / parallelism: (the seed "
-            "format) and language_model: / model_parallel: (Megatron's --yaml-cfg); a file is one or the other"),)
-    if kind == "unknown" and Path(path).is_dir():
-        return TrainingInput(RawArgs(), source=name), (Problem(
-            "unknown-format", name, "is a directory without a HuggingFace config.json; name a file"),)
     env = dict(os.environ if environ is None else environ)
-    if kind == "seed-yaml":
-        from megatron_estimator.inputs.seed_yaml import load_seed_yaml
-
-        loaded = load_seed_yaml(path)
+    loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given))
+    if loaded.flags is None:
         return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
-                              world_size_source=f"world_size in {loaded.world_size_location}"
-                              if loaded.world_size is not None else None),
-                tuple(loaded.problems))
-    if kind == "megatron-yaml":
-        from megatron_estimator.inputs.megatron_yaml import load_megatron_yaml
-
-        loaded = load_megatron_yaml(path, env)
-        return TrainingInput(loaded.raw, source=name), tuple(loaded.problems)
-    if kind == "shell":
-        from megatron_estimator.inputs.bash.reader import load_launch_script
-
-        script, problems = load_launch_script(path, env, script_args=script_args, world_size_given=world_size_given)
-        if script is None or script.command is None or script.command.script is None:
-            return TrainingInput(RawArgs(), source=name), tuple(problems)
-        run_env = _environment(env, script.environment_dict)
-        inp, flag_problems = input_from_flags(script.megatron_argv, environ=run_env,
-                                              locations=script.megatron_locations, source=name)
-        unknown = None
-        if script.world_size is None:
-            unknown = Problem("unknown-world-size", script.location,
-                              f"the world size is not known ({script.world_size_source}); pass --world-size")
-        return (replace(inp, world_size=script.world_size, world_size_source=script.world_size_source,
-                        environment=script.environment_dict, job_environment=True, world_size_unknown=unknown,
-                        launch_location=script.location),
-                tuple(problems) + flag_problems)
-    if kind == "megatron-log":
-        return input_from_log(path)
-    if kind == "hf-config":
-        from megatron_estimator.inputs.hf import load_hf_config
-
-        loaded = load_hf_config(path)
-        return TrainingInput(loaded.raw, source=name, notes=tuple(
-            f"{hf_key} -> {flag} {value}" for hf_key, flag, value in loaded.mapping)), tuple(loaded.problems)
-    return TrainingInput(RawArgs(), source=name), (
-        Problem("unknown-format", name, "not a seed-format YAML (top-level model: or parallelism:), a "
-                "Megatron --yaml-cfg YAML (top-level language_model: or model_parallel:), a launch script "
-                "or a HuggingFace config.json (model_type or architectures)"),)
+                              world_size_source=loaded.world_size_source, environment=loaded.environment,
+                              notes=loaded.notes, job_environment=loaded.job_environment,
+                              world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
+                loaded.problems)
+    # A launch: its Megatron flags are read as flags are, in the environment the job gets.
+    inp, flag_problems = input_from_flags(loaded.flags, environ=_environment(env, loaded.environment),
+                                          locations=loaded.flag_locations, source=name)
+    return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source,
+                    environment=loaded.environment, job_environment=loaded.job_environment,
+                    world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
+            loaded.problems + flag_problems)
 
 
 def input_from_log(path: str | os.PathLike) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -391,42 +356,18 @@ def flash_attn_version(text: str) -> tuple[int, ...] | None:
     return version_tuple(text)
 
 
-# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
-# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
-_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
-                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
-
-
 def not_a_training_input(path: str) -> str | None:
-    """Why ``check --skip-unknown`` passes over this file, or None to check it.
+    """Why ``check --skip-unknown`` passes over this file, or None to check it (the reader of
+    its kind says; a missing or unreadable file is checked and reported, never passed over)."""
+    from megatron_estimator.inputs.registry import skip_reason
 
-    A file that is missing or unreadable is checked (and reported), never passed over."""
-    import re
-    from pathlib import Path
-
-    from megatron_estimator.inputs.detect import detect_format
-
-    if not Path(path).exists() or not os.access(path, os.R_OK):
-        return None
-    kind = detect_format(path)
-    if kind == "shell":
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            # Comments say nothing about what the script runs.
-            code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
-                             if not line.lstrip().startswith("#"))
-        if re.search(_TRAINING_LAUNCH_MARK, code) is None:
-            return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
-                   "--num-attention-heads or --yaml-cfg in it)"
-        return None
-    if kind == "unknown":
-        return "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
-    return None
+    return skip_reason(path)
 
 
 def exec_launch(command: Any) -> None:
-    """Replace this process with the launch command (``inputs.launch.LaunchCommand``): the
-    same argv, the same environment.  Returns only by raising OSError."""
-    from megatron_estimator.inputs.launch import exec_launch as replace_process
+    """Replace this process with the launch command (``inputs.launch.command.LaunchCommand``):
+    the same argv, the same environment.  Returns only by raising OSError."""
+    from megatron_estimator.inputs.launch.execute import exec_launch as replace_process
 
     replace_process(command)
 

@@ -1,4 +1,4 @@
-"""megatron_estimator.inputs.launch: launchers, wrappers, world sizes, problems, and exec."""
+"""megatron_estimator.inputs.launch (command, walk, execute): launchers, wrappers, world sizes, problems, and exec."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ import textwrap
 import pytest
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.launch import (
-    LaunchCommand,
-    parse_launch_command,
-    resolve_world_size,
-    unknown_world_size_problem,
-)
+from megatron_estimator.inputs.launch.command import LaunchCommand, resolve_world_size, unknown_world_size_problem
+from megatron_estimator.inputs.launch.walk import parse_launch_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -460,7 +456,8 @@ def test_exec_launch_keeps_argv_and_environment(tmp_path):
     runner.write_text(textwrap.dedent(f"""\
         import os, sys
         sys.path.insert(0, {REPO!r})
-        from megatron_estimator.inputs.launch import parse_launch_command, exec_launch
+        from megatron_estimator.inputs.launch.walk import parse_launch_command
+        from megatron_estimator.inputs.launch.execute import exec_launch
         command, problems = parse_launch_command({argv!r}, dict(os.environ))
         assert not problems, problems
         exec_launch(command)
@@ -479,7 +476,7 @@ def test_exec_launch_keeps_argv_and_environment(tmp_path):
 
 
 def test_exec_launch_raises_when_the_command_cannot_run(tmp_path):
-    from megatron_estimator.inputs.launch import exec_launch
+    from megatron_estimator.inputs.launch.execute import exec_launch
 
     command, problems = parse_launch_command([str(tmp_path / "no-such-torchrun"), "pretrain_gpt.py"], {})
     with pytest.raises(FileNotFoundError):

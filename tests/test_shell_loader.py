@@ -1,4 +1,4 @@
-"""megatron_estimator.inputs.bash.reader: launch scripts resolved statically, as bash would run them."""
+"""megatron_estimator.inputs.launch.script (over inputs.bash): launch scripts resolved statically, as bash would run them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import textwrap
 import pytest
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.bash.reader import SbatchHeaders, ScriptEnvVar, load_launch_script, split_command_string
+from megatron_estimator.inputs.launch.sbatch import SbatchHeaders
+from megatron_estimator.inputs.launch.script import ScriptEnvVar, load_launch_script
+from megatron_estimator.inputs.launch.shell_string import split_command_string
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(TESTS, "fixtures", "scripts")

@@ -1,0 +1,386 @@
+"""The training launch of a bash launch script or sbatch file, resolved statically.
+
+``load_launch_script(path)`` reads the script with the static shell reader (``inputs.bash``),
+which runs it as bash would without running any program, and is told of each program the
+script would execute.  A command that starts a training script (``launch.programs`` knows the
+launchers and wrappers) is a candidate launch; it is taken apart by ``walk.parse_launch_command``
+in the environment the script would give it (the caller's environment, the script's exports,
+and -- where the caller's environment has none -- the ``SLURM_*`` variables that the file's
+``#SBATCH`` headers would make Slurm set).  When several run, the one starting a
+``pretrain*.py`` through a distributed launcher is the launch.
+
+Each Megatron token keeps the ``file:line`` it was written at (``train.sh:14 --num-layers``);
+a token that depends on what cannot be known statically is marked unresolved and a problem
+names the ``file:line`` and the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
+from megatron_estimator.inputs.bash.reader import ShellReader
+from megatron_estimator.inputs.bash.values import Cause, Field, Origin, causes_of, is_known, text_of
+from megatron_estimator.inputs.launch.command import LaunchCommand
+from megatron_estimator.inputs.launch.programs import is_launch_program
+from megatron_estimator.inputs.launch.sbatch import SbatchHeaders, read_sbatch
+from megatron_estimator.inputs.launch.shell_string import CommandCollector
+from megatron_estimator.inputs.launch.walk import parse_launch_command
+
+# The --script-arg option of ``check`` gives the script's arguments.
+_SCRIPT_ARGS_ADVICE = "; give them with --script-arg"
+
+
+@dataclass(frozen=True)
+class ScriptToken:
+    """One token of the launch command, with where it was written."""
+
+    text: str
+    location: str                  # file:line of its first character (for a value: where the value was typed)
+    word_location: str             # file:line of the shell word that produced it
+    unresolved: str | None = None  # why it could not be resolved (a problem says so too); text is then the source spelling
+    via: str | None = None         # the inherited variables it came through: 'SLURM_NNODES=4 from #SBATCH -N 4 (job:2)'
+
+    def __str__(self) -> str:
+        return self.location
+
+
+@dataclass(frozen=True)
+class ScriptEnvVar:
+    """An environment variable the script gives the launch."""
+
+    name: str
+    value: str | None              # None when it cannot be resolved
+    location: str                  # file:line where it was set
+    unresolved: str | None = None
+
+
+
+@dataclass(frozen=True)
+class ScriptLaunch:
+    """The training launch a script runs, resolved statically."""
+
+    path: str
+    location: str                              # file:line where the launch command starts
+    command: LaunchCommand                     # the launch command as bash would run it
+    megatron_tokens: tuple[ScriptToken, ...]   # the tokens after the training script
+    world_size: int | None
+    world_size_source: str
+    environment: tuple[ScriptEnvVar, ...]      # what the script exports / sets for the launch
+    sbatch: SbatchHeaders = SbatchHeaders()
+    launch_tokens: tuple[ScriptToken, ...] = ()  # every token of the command, the launcher's too
+
+    @property
+    def megatron_argv(self) -> tuple[str, ...]:
+        return tuple(t.text for t in self.megatron_tokens)
+
+    @property
+    def megatron_locations(self) -> tuple[str, ...]:
+        return tuple(t.location for t in self.megatron_tokens)
+
+    @property
+    def environment_dict(self) -> dict[str, str]:
+        return {v.name: v.value for v in self.environment if v.value is not None}
+
+    @property
+    def script(self) -> str | None:
+        return self.command.script
+
+
+
+@dataclass
+class _Candidate:
+    command: LaunchCommand
+    problems: tuple
+    tokens: tuple                  # ScriptToken per command.tokens entry
+    origin: Origin
+    conditions: tuple
+    exports: dict                  # name -> Var, exported at the launch
+    temp_env: dict                 # name -> (segs, origin): VAR=x on the launch line
+
+
+@dataclass
+class _Note:
+    origin: Origin
+    message: str
+
+
+
+_ENTRY = re.compile(r"^pretrain\w*\.py$")
+_DISTRIBUTED = frozenset({"torchrun", "torch.distributed.run", "torch.distributed.launch", "ft_launcher", "srun",
+                          "mpirun", "mpiexec", "orterun", "prterun"})
+
+
+class _Loader(CommandVisitor):
+    """The launch side of one read: told of each command the script runs, it keeps those that
+    start a training script (the candidates), then chooses the launch and builds the result."""
+
+    def __init__(self, display: str, environ: Mapping[str, str], cwd: str):
+        self.display = display
+        self.environ = environ
+        self.cwd = cwd
+        self.candidates: list[_Candidate] = []
+        self.notes: list[_Note] = []
+        self.unresolved_launches: list = []
+        self.problems = ProblemCollector()
+        self.env_phrases: dict[str, str] = {}
+        self.token_causes: dict[int, list[Cause]] = {}
+        self.world_size_given = False      # the caller gives the world size: the launcher's need not resolve
+        self.reader = ShellReader(display, cwd, self, self.problems)
+
+    # ---- what the shell reader reports ---------------------------------------------------
+
+    def note(self, origin: Origin, message: str) -> None:
+        self.notes.append(_Note(origin, message))
+
+    def command(self, command: ExecutedCommand) -> None:
+        if command.resolved:
+            self.consider_launch(command)
+            return
+        fields = command.fields
+        if any(f.text.endswith(".py") for f in fields[1:]) or any(is_launch_program(f.text) for f in fields[1:]):
+            cause = fields[0].causes[0]
+            self.notes.append(_Note(command.origin, (
+                f"the command at {command.origin} starts with `{fields[0].text}`, which cannot be resolved statically: "
+                f"{cause.message}")))
+            self.unresolved_launches.append((command.origin, cause, fields[0]))
+
+    def script_token(self, f: Field) -> ScriptToken:
+        first = next((s for s in f.segs if s.origins), None)
+        location = str(first.origins[0]) if first else str(f.word_origin or Origin(self.display, 0))
+        word_location = str(f.word_origin) if f.word_origin else location
+        causes = f.causes
+        reason = None
+        if causes:
+            reason = causes[0].message
+        vias = []
+        for seg in f.segs:
+            if seg.via and seg.via not in vias:
+                vias.append(seg.via)
+        via = None
+        phrases = [f"${name} {self.env_phrases[name]}" for name in vias if name in self.env_phrases]
+        if phrases:
+            via = "; ".join(phrases)
+        token = ScriptToken(f.text, location, word_location, reason, via)
+        if causes:
+            self.token_causes[id(token)] = list(causes)
+        return token
+
+    def launch_env(self, command: ExecutedCommand) -> tuple[dict[str, str], dict[str, str]]:
+        env: dict[str, str] = {}
+        origins: dict[str, str] = {}
+        for name, var in command.variables.items():
+            if not var.exported or not isinstance(var.value, tuple) or not is_known(var.value):
+                continue
+            env[name] = text_of(var.value)
+            if var.origin is not None:
+                origins[name] = f"exported at {var.origin}"
+            elif name in self.env_phrases:
+                origins[name] = self.env_phrases[name]
+        for name, (segs, origin) in command.assignments.items():
+            if is_known(segs):
+                env[name] = text_of(segs)
+                origins[name] = f"set on the launch line at {origin}"
+            else:
+                env.pop(name, None)
+        return env, origins
+
+    def consider_launch(self, executed: ExecutedCommand) -> None:
+        fields = executed.fields
+        first = fields[0].text
+        if not is_launch_program(first) and not any(_ENTRY.match(os.path.basename(f.text)) for f in fields):
+            return
+        tokens = [self.script_token(f) for f in fields]
+        env, origins = self.launch_env(executed)
+        splitter = self.make_splitter(executed)
+        command, problems = parse_launch_command(
+            [t.text for t in tokens], env, locations=tokens, env_origins=origins, split_command_string=splitter)
+        if command.script is None:
+            reason = next((p.message for p in problems if p.code == "no-training-script"), "")
+            self.notes.append(_Note(executed.origin, f"the command at {executed.origin} starts no training script: {reason}"))
+            return
+        exports = {n: v for n, v in executed.variables.items() if v.exported and v.origin is not None}
+        self.candidates.append(_Candidate(
+            command, tuple(p for p in problems), tuple(command.locations or ()), executed.origin,
+            tuple(executed.conditions), exports, dict(executed.assignments)))
+
+    def make_splitter(self, executed: ExecutedCommand):
+        """Reads a ``sh -c`` string of this command with the same reader, each character where it was written."""
+        loader = self
+        fields = executed.fields
+
+        def split(string: str, env: Mapping[str, str], positional: Sequence[str], location):
+            field_ = next((f for f in fields if f.text == string), None)
+            if field_ is not None:
+                chars: list[str] = []
+                origins: list[Origin] = []
+                for seg in field_.segs:
+                    chars.append(seg.text)
+                    if len(seg.origins) == len(seg.text):
+                        origins.extend(seg.origins)
+                    else:
+                        origins.extend((seg.origins[0] if seg.origins else Origin(loader.display, 0),) * len(seg.text))
+                text, text_origins = "".join(chars), origins
+            else:
+                at = executed.last_line or Origin(loader.display, 0)
+                text, text_origins = string, [at] * len(string)
+            collector = CommandCollector(loader.script_token, loader.note)
+            problems = loader.reader.run_string(text, text_origins, env, positional, collector)
+            return tuple(collector.commands), problems
+
+        return split
+
+    # ---- choosing and building the result ----------------------------------------------
+
+    def choose(self, line: int | None) -> _Candidate | None:
+        candidates = self.candidates
+        if line is not None:
+            candidates = [c for c in candidates if c.origin.line == line and c.origin.file == self.display]
+            if not candidates:
+                self.problems.add("no-launch-line", f"{self.display}:{line}",
+                                  f"no command that starts a training script runs at {self.display}:{line}")
+                return None
+        if not candidates:
+            message = "no command in the script starts a training script (torchrun, srun, mpirun or python with a *.py)"
+            details = [n.message for n in self.notes]
+            if self.reader.exit_note:
+                details.insert(0, self.reader.exit_note + " before it reaches a launch")
+            if details:
+                message += "; " + "; ".join(details[:4])
+            self.problems.add("no-launch-line", self.display, message)
+            for _origin, cause, _field in self.unresolved_launches[:4]:
+                self.problems.add(cause.code, f"{cause.origin} {cause.subject}", cause.message)
+            return None
+
+        def rank(c: _Candidate) -> tuple[bool, bool]:
+            script = c.command.script or ""
+            entry = bool(_ENTRY.match(os.path.basename(script))) or (c.command.script_is_module and "pretrain" in script)
+            return entry, c.command.launcher in _DISTRIBUTED
+
+        best = max(rank(c) for c in candidates)
+        top = [c for c in candidates if rank(c) == best]
+        distinct = {}
+        for c in top:
+            distinct.setdefault(tuple(t.text for t in c.tokens), c)
+        if len(distinct) > 1:
+            places = []
+            for c in distinct.values():
+                where = str(c.origin)
+                if c.conditions:
+                    where += f" (when {c.conditions[-1]})"
+                places.append(where)
+            self.problems.add("ambiguous-launch-line", self.display,
+                              "more than one command starts the training script: " + "; ".join(places[:6])
+                              + "; say which line is the launch")
+        return top[0]
+
+    def cause_problem(self, cause: Cause, token: ScriptToken, role: str) -> None:
+        location = f"{cause.origin} {cause.subject}"
+        message = cause.message
+        if token.word_location != str(cause.origin) or role != "token":
+            message += f"; the launch at {token.word_location} gets `{token.text}` from it"
+            if role != "token":
+                message += f" ({role})"
+        if any(p.location == location for p in self.problems):
+            return
+        self.problems.add(cause.code, location, message)
+
+    def build(self, cand: _Candidate, sbatch: SbatchHeaders) -> ScriptLaunch:
+        command = cand.command
+        tokens: tuple[ScriptToken, ...] = cand.tokens
+        self.problems.extend(cand.problems)
+        script_index = command.script_index
+        megatron = tokens[script_index + 1:] if script_index is not None else ()
+        for token in megatron:
+            for cause in self.token_causes.get(id(token), ()):
+                self.cause_problem(cause, token, "token")
+        # An unknown "$@" stands for any number of words: reported above, it is no flag value.
+        megatron = tuple(t for t in megatron if not (t.text in ("$@", "$*") and any(
+            c.subject == t.text for c in self.token_causes.get(id(t), ()))))
+        for index in () if self.world_size_given else command.world_size_tokens:
+            if index < len(tokens):
+                for cause in self.token_causes.get(id(tokens[index]), ()):
+                    self.cause_problem(cause, tokens[index], "it decides the world size")
+        if script_index is not None and script_index < len(tokens):
+            script_token = tokens[script_index]
+            causes = self.token_causes.get(id(script_token), ())
+            base = script_token.text.rsplit("/", 1)[-1]
+            if causes and any(c.subject in base or "$" in base for c in causes):
+                for cause in causes:
+                    self.cause_problem(cause, script_token, "the training script")
+        environment: dict[str, ScriptEnvVar] = {}
+        for name, var in cand.exports.items():
+            if isinstance(var.value, tuple) and is_known(var.value):
+                environment[name] = ScriptEnvVar(name, text_of(var.value), str(var.origin))
+            else:
+                reason = var.value.message if isinstance(var.value, Cause) else causes_of(var.value)[0].message if isinstance(var.value, tuple) else "an array cannot be exported"
+                environment[name] = ScriptEnvVar(name, None, str(var.origin), reason)
+        for name, (segs, origin) in cand.temp_env.items():
+            if is_known(segs):
+                environment[name] = ScriptEnvVar(name, text_of(segs), str(origin))
+            else:
+                environment[name] = ScriptEnvVar(name, None, str(origin), causes_of(segs)[0].message)
+        for name, value in command.environment:
+            environment[name] = ScriptEnvVar(name, value, str(cand.origin))
+        public = replace(command, locations=tuple(t.location for t in tokens))
+        return ScriptLaunch(
+            path=self.display,
+            location=str(cand.origin),
+            command=public,
+            megatron_tokens=tuple(megatron),
+            world_size=command.world_size,
+            world_size_source=command.world_size_source,
+            environment=tuple(environment.values()),
+            sbatch=sbatch,
+            launch_tokens=tuple(tokens),
+        )
+
+
+def load_launch_script(
+    path: str | os.PathLike,
+    environ: Mapping[str, str] | None = None,
+    *,
+    script_args: Sequence[str] | None = None,
+    line: int | None = None,
+    world_size_given: bool = False,
+) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
+    """Find and resolve the training launch in a bash launch script or sbatch file.
+
+    ``environ``: the environment the script would start with (``os.environ`` when None).
+    ``script_args``: the arguments the script would be run with (``$1``...); None: not known,
+    so ``$1`` is unset (as bash has it without arguments) and ``"$@"`` is a problem where it
+    reaches the launch.
+    ``world_size_given``: the caller gives the world size, so the launcher's own process
+    counts need not resolve.
+    ``line``: the line of the launch command, when the script runs more than one.
+    Returns the launch (None when no launch could be found) and every problem found.
+    """
+    display = os.fspath(path)
+    environ = dict(os.environ if environ is None else environ)
+    try:
+        with open(display, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError as exc:
+        return None, (Problem("unreadable-file", display, f"cannot read the launch script: {exc.strerror or exc}"),)
+    cwd = environ.get("PWD") or os.getcwd()
+    loader = _Loader(display, environ, cwd)
+    loader.world_size_given = world_size_given
+    sbatch, sbatch_problems = read_sbatch(text, display)
+    loader.problems.extend(sbatch_problems)
+    inherited = dict(environ)
+    # Slurm sets SLURM_* in the job from the script's own #SBATCH headers: they describe the
+    # job where the checking shell's SLURM_* (an salloc session, a CI runner) do not.
+    for name, (value, phrase) in sbatch.slurm_environment().items():
+        inherited[name] = value
+        loader.env_phrases[name] = phrase
+    if not loader.reader.run_script(text, inherited, script_args, unknown_args_advice=_SCRIPT_ARGS_ADVICE):
+        return None, loader.problems.problems
+    candidate = loader.choose(line)
+    if candidate is None:
+        return None, loader.problems.problems
+    launch = loader.build(candidate, sbatch)
+    return launch, loader.problems.problems

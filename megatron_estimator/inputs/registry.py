@@ -1,0 +1,178 @@
+"""The file readers, by kind: ``detect.detect_format`` says what a file is, ``READERS`` how to read it.
+
+Every front reads a file through ``read_file`` (and ``check --skip-unknown`` asks ``skip_reason``),
+so adding a format is one ``register(FileFormat(kind, read))`` here, with its kind added to
+``detect``.  A reader returns a ``FileInput``: raw Megatron settings, or -- for a launch -- the
+Megatron flags still to be parsed (``flags``), with what the file says about the run.  Readers
+import their modules when called, so choosing one never imports yaml or the shell reader.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.detect import detect_format
+from megatron_estimator.inputs.rawargs import RawArgs
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the caller knows about the run a file describes."""
+
+    environ: Mapping[str, str]                 # the environment it would run in
+    script_args: Sequence[str] | None = None   # a launch script's arguments (None: not known)
+    world_size_given: bool = False             # the caller gives the world size
+
+
+@dataclass(frozen=True)
+class FileInput:
+    """What a reader found in a file."""
+
+    raw: RawArgs = field(default_factory=RawArgs)
+    problems: tuple[Problem, ...] = ()
+    # A launch: the Megatron flags it passes, still to be parsed (with --yaml-cfg honoured), and their file:line.
+    flags: tuple[str, ...] | None = None
+    flag_locations: tuple[str, ...] | None = None
+    world_size: int | None = None
+    world_size_source: str | None = None
+    world_size_unknown: Problem | None = None  # the problem when the world size is needed and not known
+    environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
+    job_environment: bool = False              # the environment is the launched job's
+    launch_location: str | None = None         # file:line of a script's launch
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    kind: str                                               # as detect_format names it
+    read: Callable[[str | os.PathLike, ReadOptions], FileInput]
+    # why ``check --skip-unknown`` passes over a file of this kind (None: check it)
+    skip_reason: Callable[[str | os.PathLike], str | None] | None = None
+
+
+READERS: dict[str, FileFormat] = {}
+
+
+def register(fmt: FileFormat) -> FileFormat:
+    READERS[fmt.kind] = fmt
+    return fmt
+
+
+_UNKNOWN = ("not a seed-format YAML (top-level model: or parallelism:), a Megatron --yaml-cfg YAML (top-level "
+            "language_model: or model_parallel:), a launch script or a HuggingFace config.json (model_type or "
+            "architectures)")
+
+
+def read_file(path: str | os.PathLike, options: ReadOptions) -> FileInput:
+    """Read an existing file (or HF config directory) with the reader of its kind."""
+    name = str(path)
+    kind = detect_format(path)
+    fmt = READERS.get(kind)
+    if fmt is not None:
+        return fmt.read(path, options)
+    if Path(path).is_dir():
+        return FileInput(problems=(Problem(
+            "unknown-format", name, "is a directory without a HuggingFace config.json; name a file"),))
+    return FileInput(problems=(Problem("unknown-format", name, _UNKNOWN),))
+
+
+def skip_reason(path: str | os.PathLike) -> str | None:
+    """Why ``check --skip-unknown`` passes over this file, or None to check it.
+
+    A file that is missing or unreadable is checked (and reported), never passed over."""
+    if not Path(path).exists() or not os.access(path, os.R_OK):
+        return None
+    kind = detect_format(path)
+    fmt = READERS.get(kind)
+    if fmt is None:
+        return None if kind != "unknown" else ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script "
+                                               "or a HuggingFace config.json")
+    return fmt.skip_reason(path) if fmt.skip_reason is not None else None
+
+
+# ---- the readers ---------------------------------------------------------------------------
+
+
+def _read_mixed_yaml(path, options: ReadOptions) -> FileInput:
+    return FileInput(problems=(Problem(
+        "mixed-format", str(path), "has top-level keys of both YAML formats: model: / parallelism: (the seed "
+        "format) and language_model: / model_parallel: (Megatron's --yaml-cfg); a file is one or the other"),))
+
+
+def _read_seed_yaml(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.seed_yaml import load_seed_yaml
+
+    loaded = load_seed_yaml(path)
+    return FileInput(loaded.raw, tuple(loaded.problems), world_size=loaded.world_size,
+                     world_size_source=f"world_size in {loaded.world_size_location}"
+                     if loaded.world_size is not None else None)
+
+
+def _read_megatron_yaml(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.megatron_yaml import load_megatron_yaml
+
+    loaded = load_megatron_yaml(path, options.environ)
+    return FileInput(loaded.raw, tuple(loaded.problems))
+
+
+def _read_launch_script(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.launch.script import load_launch_script
+
+    script, problems = load_launch_script(path, options.environ, script_args=options.script_args,
+                                          world_size_given=options.world_size_given)
+    if script is None or script.command is None or script.command.script is None:
+        return FileInput(problems=tuple(problems))
+    unknown = None
+    if script.world_size is None:
+        unknown = Problem("unknown-world-size", script.location,
+                          f"the world size is not known ({script.world_size_source}); pass --world-size")
+    return FileInput(problems=tuple(problems), flags=tuple(script.megatron_argv),
+                     flag_locations=tuple(script.megatron_locations), world_size=script.world_size,
+                     world_size_source=script.world_size_source, world_size_unknown=unknown,
+                     environment=script.environment_dict, job_environment=True, launch_location=script.location)
+
+
+# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
+# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
+_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
+                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
+
+
+def _launch_script_skip_reason(path) -> str | None:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        # Comments say nothing about what the script runs.
+        code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
+                         if not line.lstrip().startswith("#"))
+    if re.search(_TRAINING_LAUNCH_MARK, code) is None:
+        return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
+               "--num-attention-heads or --yaml-cfg in it)"
+    return None
+
+
+def _read_hf_config(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.hf import load_hf_config
+
+    loaded = load_hf_config(path)
+    return FileInput(loaded.raw, tuple(loaded.problems),
+                     notes=tuple(f"{hf_key} -> {flag} {value}" for hf_key, flag, value in loaded.mapping))
+
+
+register(FileFormat("mixed-yaml", _read_mixed_yaml))
+register(FileFormat("seed-yaml", _read_seed_yaml))
+register(FileFormat("megatron-yaml", _read_megatron_yaml))
+register(FileFormat("shell", _read_launch_script, _launch_script_skip_reason))
+def _read_megatron_log(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.megatron_log import read_megatron_log
+
+    log = read_megatron_log(path)
+    return FileInput(log.raw, log.problems, world_size=log.world_size, world_size_source=log.world_size_location,
+                     notes=log.notes)
+
+
+register(FileFormat("hf-config", _read_hf_config))
+register(FileFormat("megatron-log", _read_megatron_log))
