@@ -103,7 +103,10 @@ from megatron_estimator.model.layout import microbatches_in_flight
 from megatron_estimator.model import activations as act
 from megatron_estimator.model import stage as memory_model
 from megatron_estimator.model.parameters import ParamTensor
-from megatron_estimator.model.states import DTYPE_BYTES, model_states, shards_optimizer_states, with_distributed_optimizer
+from megatron_estimator.model.states import DTYPE_BYTES, model_states
+from megatron_estimator.config.derive import shards_optimizer_states
+from megatron_estimator.config.run_context import Resume, RunContext
+from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.results.estimate import Estimate
@@ -613,9 +616,10 @@ class _Verdicts:
     the dimensions it read.  A table is checked in the loop over the last dimension it needs.
     """
 
-    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], sizes: tuple[int, ...],
+    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], run: RunContext, sizes: tuple[int, ...],
                  view: Callable[[tuple[int, ...]], _Reads], ignored: frozenset = frozenset()):
         self.sizes, self._view, self._raw, self._env, self._ignored = sizes, view, raw, env, ignored
+        self._run_context = run
         self.failed: str | None = None           # a problem code every choice fails with
         self.levels: list[list[tuple[tuple[int, ...], dict]]] = [[] for _ in sizes]
         for rule in rules:
@@ -630,7 +634,7 @@ class _Verdicts:
 
     def _run(self, rule, choice: tuple[int, ...]) -> tuple[str | None, set[int]]:
         view = self._view(choice)
-        for problem in rule(view, self._raw, self._env):
+        for problem in rule(view, self._raw, self._env, self._run_context):
             if problem.code not in self._ignored:
                 return problem.code, view.dims
         return None, view.dims
@@ -808,7 +812,7 @@ def _workspaces(config, overheads, environ) -> int:
     from megatron_estimator.model.overhead import cublas_workspace_bytes, te_workspace_for
 
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
-                                       bool(config.namespace.get("deterministic_mode")))
+                                       config.training.deterministic_mode)
     return cublas + te_workspace_for(config, overheads.compute_capability)
 
 
@@ -838,7 +842,8 @@ class _LayoutMemory:
 
             ns = dict(self._derived)
             ns.update(_expert_overlay(self.layout.ep, self.layout.etp))
-            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env)
+            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env,
+                                        run=self.search.run_context)
         return self._config
 
     def states_exceed(self, do: bool) -> bool:
@@ -884,7 +889,7 @@ class _LayoutMemory:
         lay, dims = self.layout, self.dims
         stage = self.family.stages[group[2]]
         ref = search.reference
-        if upper and ref.precision.use_megatron_fsdp:
+        if upper and ref.optimizer.use_megatron_fsdp:
             return None
         rates = search.state_rates(dims, do)
         dense = expert = padding = 0
@@ -901,7 +906,7 @@ class _LayoutMemory:
             return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
         dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
         bound = dense * rates.dense_high + expert * rates.expert_high + truncation
-        if do or ref.precision.use_megatron_fsdp:
+        if do or ref.optimizer.use_megatron_fsdp:
             bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
         return int(bound) + 1
 
@@ -1246,6 +1251,9 @@ class _Search:
         # resolve.resolve_config turns environment rules into notes unless the environment is the job's.
         self.ignored_codes = frozenset() if job_environment else frozenset(ENVIRONMENT_RULES)
         self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
+        # What the rules and the kernel choice know of the run (resolve.resolve_config's ``run``).
+        self.run_context = RunContext(gpu_compute_capability=self.compute_capability, flash_attn=overheads.flash_attn,
+                                      resume=Resume("no"), job_environment=job_environment)
 
         # The model without a layout: the user's settings minus what the planner chooses (the
         # recompute modules stay: selective layouts set their own, the others do not read them).
@@ -1343,9 +1351,7 @@ class _Search:
         for tp, cp, pp, pipeline in self.families():
             ns = dict(self.namespace)
             ns.update(_family_settings(tp, cp, pp, pipeline))
-            batches, namespaces = _derive_batches(ns, all_batches, self.world, {
-                "world_size_source": "plan", "_compute_capability": self.compute_capability,
-                "_flash_attn": self.overheads.flash_attn})
+            batches, namespaces = _derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)
@@ -1359,7 +1365,7 @@ class _Search:
                 return _Reads(namespaces[b], {**expert_over[e], **rec_over[r][s]})
 
             sizes = (len(experts), len(batches), len(recomputes), len(sps))
-            verdicts = _Verdicts(self.rules, self.raw, self.env, sizes, view, self.ignored_codes)
+            verdicts = _Verdicts(self.rules, self.raw, self.env, self.run_context, sizes, view, self.ignored_codes)
             if verdicts.failed is not None:
                 self._reject(verdicts.failed, math.prod(sizes))
                 continue
@@ -1417,7 +1423,7 @@ class _Search:
             from megatron_estimator.config.typed import build_config
             from megatron_estimator.model.layout import pipeline_stages
 
-            config = build_config(derived, self.vocabulary(tp), "plan", self.env)
+            config = build_config(derived, self.vocabulary(tp), "plan", self.env, run=self.run_context)
             if self.reference is None:
                 self.reference = config
             if self.pattern is None:
