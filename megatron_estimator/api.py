@@ -200,6 +200,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     from megatron_estimator.model.stage import estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.report.assumptions import state_all
 
     if problems and not inp.raw.settings:
         return Verdict(inp.source, problems=tuple(problems))
@@ -230,7 +231,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
-    return Verdict(inp.source, estimate=result)
+    return Verdict(inp.source, estimate=replace(result, assumptions=state_all(result.assumed)))
 
 
 def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False

@@ -1,5 +1,5 @@
-"""Resuming from a checkpoint: whether a run resumes (resolve.resumes) and the fully parallel
-load's broadcast buffers it keeps into its first step (memory/checkpoint.py)."""
+"""Resuming from a checkpoint: whether a run resumes (config/run_context.py ``resume_of``) and
+the fully parallel load's broadcast buffers it keeps into its first step (model/checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from megatron_estimator.model.layout import pipeline_stages
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.stage import estimate
 from megatron_estimator.model.parameters import chunk_tensors
-from megatron_estimator.config.resolve import resolve_config, resumes
+from megatron_estimator.config.resolve import resolve_config
+from megatron_estimator.config.run_context import Resume, resume_of
+from megatron_estimator.report.assumptions import LOAD_PATHS, resume_note, state_all
 
 from conftest import TINY_GPT, flags
 from test_cli import run
@@ -90,7 +92,8 @@ def test_load_paths_the_estimate_does_not_model_are_said():
     for extra, why in (("--ckpt-fully-parallel-load-exchange-algo gather_rounds", "gather_rounds exchange"),
                        ("--dist-ckpt-optim-fully-reshardable", "fully reshardable")):
         config = config_of(extra)
-        assert not resume_load(config).modelled and why in resume_load(config).why
+        load = resume_load(config)
+        assert not load.modelled and why in LOAD_PATHS[load.path].format(algo=load.exchange_algo)
         assert exchange(config)[0] == 0
     assert resume_load(config_of()).modelled
     assert resume_load(config_of(resume="no")) is None
@@ -116,7 +119,7 @@ def test_the_buffers_are_in_the_peak_and_the_report_says_why():
     # rank's bf16 expert weights, the fp32 main params and moments of its experts, and the other
     # intra-instance dense shard's 12 B per parameter.
     assert buffers == 2 * expert + 12 * expert + 12 * dense // 2
-    [text] = [a.text for a in resumed_estimate.assumptions if a.key == "resume"]
+    [text] = [a.text for a in state_all(resumed_estimate.assumed) if a.key == "resume"]
     # The facts the report gives: where it resumes from and why (the flags), what is counted,
     # its size on the stage in MiB (rendered to one decimal), and the other group's figure.
     assert text.startswith("resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes)")
@@ -128,30 +131,58 @@ def test_the_buffers_are_in_the_peak_and_the_report_says_why():
     assert text.endswith("(with --ckpt-fully-parallel-load-process-group ep_dp: none)")
     dense = estimate(config_of(text=TINY_GPT + " --tensor-model-parallel-size 2 --use-distributed-optimizer "
                                          "--load /ckpt --ckpt-fully-parallel-load"))
-    assert [a.text for a in dense.assumptions if a.key == "resume"][0].endswith(
+    assert [a.text for a in state_all(dense.assumed) if a.key == "resume"][0].endswith(
         ": none here (every shard its group exchanges is one this rank holds)")
+
+
+def resumes(ns, requested):
+    """(whether the run resumes, what the report says about it)."""
+    resume = resume_of(ns, requested)
+    return resume.resumes, resume_note(resume)
 
 
 def test_auto_resumes_when_the_load_directory_holds_a_checkpoint(tmp_path):
     ns = {"load": str(tmp_path), "ckpt_step": None}
+    assert resume_of(ns, "auto") == Resume("auto", str(tmp_path), None)
     assert resumes(ns, "auto") == (False, f"resume: --load {tmp_path} holds no checkpoint "
                                           "(latest_checkpointed_iteration.txt is not there): estimated as a first "
                                           "run; say --resume yes for a run that will find one")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
+    assert resume_of(ns, "auto") == Resume("auto", str(tmp_path), "latest_checkpointed_iteration.txt")
     assert resumes(ns, "auto") == (True, f"resume: from the checkpoint in --load {tmp_path} "
                                          "(latest_checkpointed_iteration.txt is there)")
     assert resumes(ns, "no") == (False, None)
+    # --resume yes and no are taken as said: the directory is not read.
+    assert resume_of(ns, "yes") == Resume("yes", str(tmp_path), None) and resume_of(ns, "yes").resumes
+    assert resume_of(ns, "no") == Resume("no", str(tmp_path), None)
 
 
 def test_auto_resumes_from_the_ckpt_step_directory(tmp_path):
     (tmp_path / "iter_0000050").mkdir()
+    assert resume_of({"load": str(tmp_path), "ckpt_step": 50}, "auto").found == "iter_0000050"
     assert resumes({"load": str(tmp_path), "ckpt_step": 50}, "auto")[0] is True
     assert resumes({"load": str(tmp_path), "ckpt_step": 60}, "auto")[0] is False
 
 
 def test_without_load_nothing_resumes():
+    assert resume_of({"load": None}, "yes") == Resume("yes", None, None)
+    assert resume_of({"load": ""}, "auto").load is None
     assert resumes({"load": None}, "auto") == (False, None)
     assert resumes({"load": None}, "yes") == (False, "resume: --resume yes, but there is no --load: nothing is loaded")
+
+
+def test_the_run_context_carries_the_resume_and_the_gpu():
+    # resolve_config's facts beyond the flags travel as the configuration's ``run``.
+    config = config_of(resume="yes")
+    assert config.run.resume == Resume("yes", "/nonexistent/ckpt", None) and config.run.resume.resumes
+    assert config.run.gpu_compute_capability is None and config.run.launch_location is None
+    assert not config_of(resume="no").run.resume.resumes
+    raw, _ = parse_megatron_argv(flags(TINY_GPT))
+    run = resolve_config(raw, world_size=1, environ={}, compute_capability=8.0, flash_attn="2.3.0",
+                         job_environment=True, launch_location="train.sh:12").run
+    assert (run.gpu_compute_capability, run.flash_attn, run.job_environment, run.launch_location) == (
+        8.0, "2.3.0", True, "train.sh:12")
+    assert run.resume == Resume("auto", None, None) and not run.resume.resumes
 
 
 def test_the_cli_reads_the_checkpoint_directory(tmp_path):

@@ -22,6 +22,22 @@ def _int(value: Any, fallback: int = 1) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else fallback
 
 
+def optimizer_sharding(optimizer: str, use_distributed_optimizer: bool) -> tuple[bool, bool]:
+    """(--use-distributed-optimizer, the layer-wise distributed optimizer) as validate_args
+    sets them for ``optimizer``: emerging optimizers (neither adam nor sgd: Muon, ...) asked
+    for the distributed optimizer run Megatron's LayerWiseDistributedOptimizer instead
+    (megatron/training/arguments.py)."""
+    if optimizer in ("sgd", "adam") or not use_distributed_optimizer:
+        return use_distributed_optimizer, False
+    return False, True
+
+
+def shards_optimizer_states(ns: Mapping[str, Any]) -> bool:
+    """Whether a derived namespace shards optimizer states over data parallelism: the
+    distributed optimizer, or the layer-wise one emerging optimizers (Muon) run instead."""
+    return bool(ns.get("use_distributed_optimizer") or ns.get("use_layer_wise_distributed_optimizer"))
+
+
 def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list[str]]:
     d = dict(ns)
     notes: list[str] = []
@@ -92,13 +108,15 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
             notes.append("Megatron-FSDP v1 turns on the distributed optimizer")
         d["use_distributed_optimizer"] = True
     d["use_layer_wise_distributed_optimizer"] = False
-    if d.get("optimizer") not in ("sgd", "adam", None):
-        if d.get("optimizer") == "dist_muon":
-            d["optimizer"] = "muon"
+    if d.get("optimizer") == "dist_muon":
+        d["optimizer"] = "muon"
+        d["use_layer_wise_distributed_optimizer"] = True
+    if d.get("optimizer") is not None:
+        distributed, layer_wise = optimizer_sharding(d["optimizer"], bool(d.get("use_distributed_optimizer")))
+        if layer_wise:
             d["use_layer_wise_distributed_optimizer"] = True
         if d.get("use_distributed_optimizer"):
-            d["use_layer_wise_distributed_optimizer"] = True
-            d["use_distributed_optimizer"] = False
+            d["use_distributed_optimizer"] = distributed
 
     # Model shape.
     hidden = _int(d.get("hidden_size"))
@@ -138,5 +156,4 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
     if d.get("tokenizer_type") is None:
         # pretrain_gpt.py passes args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}.
         d["tokenizer_type"] = "GPT2BPETokenizer"
-        d["_tokenizer_type_defaulted"] = True
     return d, notes

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from megatron_estimator.config.run_context import RunContext, resume_of
 from megatron_estimator.config.typed import EstimatorConfig, build_config
 from megatron_estimator.config.derive import derive_namespace
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
@@ -22,10 +23,6 @@ from megatron_estimator.config.vocab import unreadable_tokenizer_file, vocabular
 # Rules about the job's environment: errors when the environment is the job's own.
 ENVIRONMENT_RULES = {"cuda-device-max-connections"}
 
-# Megatron's tracker file in a checkpoint directory (megatron/training/checkpointing.py
-# get_checkpoint_tracker_filename): a run whose --load directory has it resumes from it.
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-
 SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
               "expert_model_parallel_size", "expert_tensor_parallel_size")
 
@@ -37,34 +34,6 @@ def _smallest_world(ns: Mapping) -> int | None:
         return None
     tp, pp, cp, ep, etp = sizes
     return ParallelDims.smallest_world(tp, pp, cp, ep, etp)
-
-
-def resumes(namespace: Mapping, resume: str = "auto") -> tuple[bool, str | None]:
-    """Whether the run resumes from a checkpoint, and what the report says about it.
-
-    ``resume``: ``yes`` or ``no`` as the user says, or ``auto``: the run resumes when its
-    ``--load`` directory holds a checkpoint, as Megatron finds one (the tracker file, or the
-    ``iter_NNNNNNN`` directory of ``--ckpt-step``), read relative to the working directory."""
-    load = namespace.get("load")
-    if resume == "no":
-        return False, None
-    if not isinstance(load, str) or not load:
-        return False, ("resume: --resume yes, but there is no --load: nothing is loaded" if resume == "yes" else None)
-    if resume == "yes":
-        return True, f"resume: from the checkpoint in --load {load} (--resume yes)"
-    step = namespace.get("ckpt_step")
-    found = None
-    try:
-        if os.path.isfile(os.path.join(load, TRACKER_FILE)):
-            found = TRACKER_FILE
-        elif isinstance(step, int) and os.path.isdir(os.path.join(load, f"iter_{step:07d}")):
-            found = f"iter_{step:07d}"
-    except (OSError, ValueError):
-        found = None
-    if found is not None:
-        return True, f"resume: from the checkpoint in --load {load} ({found} is there)"
-    return False, (f"resume: --load {load} holds no checkpoint ({TRACKER_FILE} is not there): estimated as a "
-                   f"first run; say --resume yes for a run that will find one")
 
 
 def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None) -> tuple[int | None, str]:
@@ -86,9 +55,10 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
     attention kernel Transformer Engine picks in deterministic mode depends on it).
     ``resume``: whether the run resumes from a checkpoint, ``auto``, ``yes`` or ``no``
-    (``resumes``).
+    (run_context.py ``resume_of``).
     ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
-    config files it is only the checking shell's, so environment rules become notes."""
+    config files it is only the checking shell's, so environment rules become notes.
+    These become the configuration's ``run`` (run_context.py ``RunContext``)."""
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
     defaults = flag_table().defaults()
@@ -111,14 +81,14 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
         # that the rules below still check everything else: every problem at once.
         namespace[dest] = defaults.get(dest)
 
+    tokenizer_defaulted = namespace.get("tokenizer_type") is None    # derive fills pretrain_gpt.py's
     derived, notes = derive_namespace(namespace, world)
     derived["world_size_source"] = source
-    derived["_compute_capability"] = compute_capability
-    derived["_flash_attn"] = flash_attn
-    derived["_resuming"], derived["_resume_note"] = resumes(derived, resume)
-    derived["_launch_location"] = launch_location
+    run = RunContext(gpu_compute_capability=compute_capability, flash_attn=flash_attn,
+                     resume=resume_of(derived, resume), job_environment=job_environment,
+                     launch_location=launch_location)
     try:
-        rule_problems = check_rules(derived, raw, environ)
+        rule_problems = check_rules(derived, raw, environ, run)
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):
         if typed:
             raise
@@ -145,6 +115,6 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                      + ("pass --vocab-size" if raw.location("vocab_size").startswith("--")
                         else f"set vocab_size ({raw.location('vocab_size')})"))
     problems.raise_if_any()
-    if derived.get("_tokenizer_type_defaulted") and vocab.source.startswith("GPT2BPETokenizer"):
+    if tokenizer_defaulted and vocab.source.startswith("GPT2BPETokenizer"):
         notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
-    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings))
+    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings), run)

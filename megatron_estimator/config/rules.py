@@ -1,7 +1,8 @@
 """Megatron's cross-field rules, one small function each.
 
-Every rule takes the derived namespace (``derive.derive_namespace``) and the raw input (for
-locations) and yields problems.  Each mirrors a check Megatron makes before it trains; the
+Every rule takes the derived namespace (``derive.derive_namespace``), the raw input (for
+locations), the job's environment and what the run knows beyond its flags (``RunContext``:
+the GPU, the launch line) and yields problems.  Each mirrors a check Megatron makes before it trains; the
 comment names the file.  Messages state the arithmetic, so the user sees why.
 """
 
@@ -12,10 +13,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.layout_syntax import LayoutSyntaxError, parse_layout
 from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
 
 Namespace = Mapping[str, Any]
-Rule = Callable[[Namespace, RawArgs, Mapping[str, str]], Iterable[Problem]]
+Rule = Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]
 RULES: list[Rule] = []
 
 
@@ -34,7 +36,7 @@ def _ints(ns: Namespace, *dests: str) -> bool:
 
 
 @rule
-def parallel_product(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def parallel_product(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # megatron/training/arguments.py validate_args; megatron/core/parallel_state.py
     dests = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
              "expert_model_parallel_size", "expert_tensor_parallel_size")
@@ -48,7 +50,7 @@ def parallel_product(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Ite
 
 
 @rule
-def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if not _ints(ns, "hidden_size", "num_attention_heads", "tensor_model_parallel_size"):
         return
     h, a, t = ns["hidden_size"], ns["num_attention_heads"], ns["tensor_model_parallel_size"]
@@ -83,7 +85,7 @@ def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iter
 
 
 @rule
-def sequence_length(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def sequence_length(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if not _ints(ns, "seq_length", "max_position_embeddings"):
         return
     s, m = ns["seq_length"], ns["max_position_embeddings"]
@@ -99,7 +101,7 @@ def sequence_length(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iter
 
 
 @rule
-def batch_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def batch_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # megatron/core/num_microbatches_calculator.py
     if not _ints(ns, "micro_batch_size", "global_batch_size", "data_parallel_size"):
         return
@@ -111,7 +113,7 @@ def batch_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator
 
 
 @rule
-def experts(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def experts(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     ep = ns.get("expert_model_parallel_size")
     e = ns.get("num_experts")
     if isinstance(ep, int) and ep > 1:
@@ -136,7 +138,7 @@ def _counted_layers(ns: Namespace) -> int:
 
 
 @rule
-def pipeline_split(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def pipeline_split(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args and transformer_config.py __post_init__ (uneven PP, layout).
     if not _ints(ns, "num_layers", "pipeline_model_parallel_size"):
         return
@@ -259,7 +261,7 @@ def _layout_problems(ns: Namespace, raw: RawArgs, layout: str, p: int, num_layer
 
 
 @rule
-def virtual_pipeline(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def virtual_pipeline(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     vpp = ns.get("virtual_pipeline_model_parallel_size")
     p = ns.get("pipeline_model_parallel_size")
     if not vpp or not isinstance(p, int):
@@ -295,7 +297,7 @@ def virtual_pipeline(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Ite
 
 
 @rule
-def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # transformer_config.py __post_init__
     granularity = ns.get("recompute_granularity")
     method = ns.get("recompute_method")
@@ -340,7 +342,7 @@ def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[P
 
 
 @rule
-def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if ns.get("fp16") and ns.get("bf16"):
         yield Problem("conflicting-precision", raw.location("fp16"), "--fp16 and --bf16 cannot both be set")
     # arguments.py validate_args
@@ -394,7 +396,7 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str])
 
 
 @rule
-def distributed_optimizer_instances(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def distributed_optimizer_instances(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     instances = ns.get("num_distributed_optimizer_instances")
     if not isinstance(instances, int) or isinstance(instances, bool) or instances <= 1:
         return
@@ -428,7 +430,7 @@ def distributed_optimizer_instances(ns: Namespace, raw: RawArgs, env: Mapping[st
 
 
 @rule
-def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if ns.get("tp_comm_overlap") and not ns.get("sequence_parallel"):
         yield Problem("tp-comm-overlap-needs-sp", raw.location("tp_comm_overlap"),
                       "--tp-comm-overlap needs --sequence-parallel (and tensor parallel size > 1)")
@@ -462,7 +464,7 @@ def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Pr
 
 
 @rule
-def deprecated(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def deprecated(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args: removed flags that Megatron rejects.
     replacements = {
         "batch_size": "--micro-batch-size",
@@ -477,7 +479,7 @@ def deprecated(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[
 
 
 @rule
-def training_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def training_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args: learning rate and iteration-vs-sample training.
     lr, min_lr = ns.get("lr"), ns.get("min_lr")
     if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
@@ -494,7 +496,7 @@ def training_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> It
 
 
 @rule
-def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # megatron/core/models/common/language_module/language_module.py _set_attention_backend
     if ns.get("transformer_impl") != "transformer_engine":
         return
@@ -515,7 +517,7 @@ def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator
 
 
 @rule
-def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if not ns.get("num_experts"):
         return
     # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel.
@@ -552,7 +554,7 @@ OFFLOAD_MODULES = {"core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "m
 
 
 @rule
-def activation_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def activation_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args and transformer_config.py __post_init__
     if not ns.get("fine_grained_activation_offloading"):
         return
@@ -577,10 +579,10 @@ def activation_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -
 
 
 @rule
-def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> Iterator[Problem]:
+def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args: before Blackwell, TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1
     # (unless Megatron-FSDP / torch FSDP2 / the MoE expert-parallel overlap say otherwise).
-    arch = ns.get("_compute_capability")
+    arch = run.gpu_compute_capability
     if arch is None or arch >= 10:
         return
     if (ns.get("tensor_model_parallel_size") or 1) <= 1 and (ns.get("context_parallel_size") or 1) <= 1:
@@ -588,7 +590,7 @@ def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> I
     if ns.get("use_megatron_fsdp") or ns.get("use_torch_fsdp2") or ns.get("overlap_moe_expert_parallel_comm"):
         return
     if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
-        launch = ns.get("_launch_location")      # a script's launch line, where its environment applies
+        launch = run.launch_location      # a script's launch line, where its environment applies
         yield Problem("cuda-device-max-connections",
                       f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
                       "tensor or context parallelism on this GPU (compute capability "
@@ -596,8 +598,8 @@ def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> I
                       f"otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
 
 
-def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str]) -> list[Problem]:
+def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext = RunContext()) -> list[Problem]:
     problems: list[Problem] = []
     for check in RULES:
-        problems.extend(check(ns, raw, env))
+        problems.extend(check(ns, raw, env, run))
     return problems

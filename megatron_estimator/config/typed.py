@@ -1,16 +1,21 @@
 """The validated configuration: frozen, typed, with Megatron's defaults and derived values.
 
 ``EstimatorConfig`` is built only from a namespace that validation accepted
-(``validation.validate``); it never checks or defaults its inputs itself beyond reading
-the derived namespace.  Raw input (``rawargs.RawArgs``) and this are different types.
+(``resolve.resolve_config``); it never checks or defaults its inputs itself beyond reading
+the derived namespace.  Raw input (``rawargs.RawArgs``) and this are different types.  The
+memory model reads this configuration and nothing else: every Megatron setting it needs is a
+typed field of one of the groups below, and what the run knows beyond its flags (the GPU, the
+job's environment, a resume) is ``run`` (config/run_context.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from megatron_estimator.config.derive import optimizer_sharding
 from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.config.run_context import RunContext
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class MoeConfig:
     router_enable_expert_bias: bool
     router_dtype: str | None
     latent_size: int | None
+    apply_probs_on_input: bool                # --moe-apply-probs-on-input
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class ModelConfig:
     untie_embeddings_and_output_weights: bool
     hidden_dropout: float
     attention_dropout: float
+    attention_output_gate: bool               # --attention-output-gate: a gate projection beside Q, K, V
     moe: MoeConfig | None = None
     mla: MlaConfig | None = None
     mtp_num_layers: int = 0
@@ -99,30 +106,65 @@ class TrainingConfig:
     cross_entropy_fusion_impl: str
     fp32_residual_connection: bool
     defer_embedding_wgrad_compute: bool
+    wgrad_deferral_limit: int                 # 0: every microbatch's wgrad is deferred
+    create_attention_mask_in_dataloader: bool
+    overlap_moe_expert_parallel_comm: bool    # combined 1F1B: a forward beside a backward
+    deterministic_mode: bool
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """--fine-grained-activation-offloading: saved tensors of some modules go to the host."""
+    fine_grained: bool
+    modules: tuple[str, ...]                  # --offload-modules
+    fraction: float                           # --activation-offload-fraction
+    min_tensor_size: int                      # --min-offloaded-tensor-size (elements)
 
 
 @dataclass(frozen=True)
 class PrecisionConfig:
     params_dtype: str                         # fp32 | bf16 | fp16
     main_grads_dtype: str                     # fp32 | bf16 (dtype of the DDP grad buffer)
-    main_params_dtype: str
-    exp_avg_dtype: str
-    exp_avg_sq_dtype: str
-    optimizer: str
-    use_distributed_optimizer: bool
-    num_distributed_optimizer_instances: int
-    use_precision_aware_optimizer: bool
-    optimizer_cpu_offload: bool
-    optimizer_offload_fraction: float
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    ddp_bucket_size: int | None
     fp8: str | None
     fp8_recipe: str
     fp8_param_gather: bool
+    fp8_amax_history_len: int
+    attention_softmax_in_fp32: bool
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimizer, and how its states, the gradients and the parameters are sharded: the
+    distributed optimizer, DDP's buffers, Megatron-FSDP."""
+    optimizer: str                            # adam | sgd | lion | muon | ... (dist_muon derived to muon)
+    main_params_dtype: str
+    exp_avg_dtype: str
+    exp_avg_sq_dtype: str
+    use_precision_aware_optimizer: bool
+    use_distributed_optimizer: bool
+    use_layer_wise_distributed_optimizer: bool   # emerging optimizers' (Muon's) sharding
+    use_layer_wise_param_layout: bool
+    num_distributed_optimizer_instances: int
+    optimizer_cpu_offload: bool
+    optimizer_offload_fraction: float
+    sgd_momentum: float
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    ddp_bucket_size: int | None
     use_megatron_fsdp: bool
     data_parallel_sharding_strategy: str
-    attention_softmax_in_fp32: bool
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How a resumed run loads its checkpoint (megatron/training/checkpointing.py)."""
+    ckpt_format: str | None
+    fully_parallel_load: bool                 # --ckpt-fully-parallel-load
+    exchange_algo: str                        # --ckpt-fully-parallel-load-exchange-algo
+    load_process_group: str | None            # --ckpt-fully-parallel-load-process-group: dp | ep_dp
+    optim_fully_reshardable: bool             # --dist-ckpt-optim-fully-reshardable
+    no_load_optim: bool
+    finetune: bool
 
 
 @dataclass(frozen=True)
@@ -136,6 +178,9 @@ class KernelConfig:
     bias_dropout_fusion: bool
     gradient_accumulation_fusion: bool
     apply_rope_fusion: bool
+    tp_comm_overlap: bool                     # TE userbuffers: three more GEMM workspaces
+    te_activation_func: bool                  # --use-te-activation-func
+    fused_weighted_squared_relu: bool         # --use-fused-weighted-squared-relu
 
 
 @dataclass(frozen=True)
@@ -145,10 +190,16 @@ class EstimatorConfig:
     split: PipelineSplit
     training: TrainingConfig
     precision: PrecisionConfig
+    optimizer: OptimizerConfig
     kernels: KernelConfig
+    offload: OffloadConfig
+    checkpoint: CheckpointConfig
     world_size_source: str
+    run: RunContext = RunContext()
     notes: tuple[str, ...] = ()
-    namespace: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # (flag, what it changes) for each flag the user set, away from Megatron's default, that
+    # changes memory but is not modelled (megatron/flag_effects.py ``memory_assumptions``).
+    not_modelled: tuple[tuple[str, str], ...] = ()
     given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
     def __hash__(self) -> int:
@@ -158,9 +209,21 @@ class EstimatorConfig:
         cached = self.__dict__.get("_hash")
         if cached is None:
             cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
-                           self.kernels, self.world_size_source, self.notes))
+                           self.optimizer, self.kernels, self.offload, self.checkpoint,
+                           self.world_size_source, self.run, self.notes, self.not_modelled))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+
+def with_distributed_optimizer(config: EstimatorConfig, do: bool) -> EstimatorConfig:
+    """``config`` with --use-distributed-optimizer on or off, as validate_args applies it
+    (``derive.optimizer_sharding``: emerging optimizers get the layer-wise one instead)."""
+    opt = config.optimizer
+    distributed, layer_wise = optimizer_sharding(opt.optimizer, do)
+    if (opt.use_distributed_optimizer, opt.use_layer_wise_distributed_optimizer) == (distributed, layer_wise):
+        return config
+    return replace(config, optimizer=replace(opt, use_distributed_optimizer=distributed,
+                                             use_layer_wise_distributed_optimizer=layer_wise))
 
 
 def expand_moe_layer_freq(freq: Any, num_layers: int) -> tuple[bool, ...]:
@@ -182,7 +245,8 @@ def resolve_activation(ns: Mapping[str, Any]) -> tuple[str, bool]:
     return "gelu", False
 
 
-def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, str]:
+def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str],
+                              run: RunContext = RunContext()) -> tuple[str, str]:
     """The attention kernel the job will run, and why.
 
     ``--transformer-impl local`` always runs megatron-core's own DotProductAttention
@@ -201,7 +265,7 @@ def resolve_attention_backend(ns: Mapping[str, Any], environ: Mapping[str, str])
     flash = environ.get("NVTE_FLASH_ATTN", "1") != "0"
     fused = environ.get("NVTE_FUSED_ATTN", "1") != "0"
     if flash or fused:
-        fallback = deterministic_fallback(ns, environ)
+        fallback = deterministic_fallback(ns, environ, run)
         if fallback is not None:
             return "unfused", fallback
         return ("flash" if flash else "fused"), "--attention-backend auto: Transformer Engine flash/fused attention"
@@ -218,25 +282,27 @@ def flash_attn_version_tuple(text: str) -> tuple[int, ...] | None:
     return version_tuple(text)
 
 
-def is_deterministic(ns: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+def is_deterministic(deterministic_mode: bool, environ: Mapping[str, str]) -> bool:
     """Transformer Engine's ``deterministic``: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, or torch's
     deterministic algorithms, which --deterministic-mode turns on
     (megatron/training/initialize.py)."""
-    return bool(ns.get("deterministic_mode")) or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0"
+    return bool(deterministic_mode) or environ.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0"
 
 
-def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str],
+                           run: RunContext = RunContext()) -> str | None:
     """Why Transformer Engine runs unfused attention under ``--attention-backend auto``, or None.
 
     transformer_engine/pytorch/attention/dot_product_attention/utils.py
     ``get_attention_backend``: in deterministic training it disables cuDNN's fused attention
     (F16_arbitrary_seqlen) before compute capability 9.0, and flash-attn unless it is
     installed at >= 2.4.1; with both gone only UnfusedDotProductAttention is left.  Decided
-    only when the GPU is known (``_compute_capability``) and the job's flash-attn is said
-    (``_flash_attn``: a version or "none"; None assumes >= 2.4.1).
+    only when the GPU is known (``run.gpu_compute_capability``) and the job's flash-attn is
+    said (``run.flash_attn``: a version or "none"; None assumes >= 2.4.1).
     """
-    capability, flash_attn = ns.get("_compute_capability"), ns.get("_flash_attn")
-    if capability is None or capability >= 9.0 or flash_attn is None or not is_deterministic(ns, environ):
+    capability, flash_attn = run.gpu_compute_capability, run.flash_attn
+    if capability is None or capability >= 9.0 or flash_attn is None \
+            or not is_deterministic(ns.get("deterministic_mode"), environ):
         return None
     if flash_attn != "none":
         version = flash_attn_version_tuple(flash_attn)
@@ -249,8 +315,10 @@ def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str]) ->
 
 
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
-                 notes: tuple[str, ...] = (), given: frozenset = frozenset()) -> EstimatorConfig:
-    """An EstimatorConfig from a derived namespace that validation accepted."""
+                 notes: tuple[str, ...] = (), given: frozenset = frozenset(),
+                 run: RunContext = RunContext()) -> EstimatorConfig:
+    """An EstimatorConfig from a derived namespace that validation accepted.  ``environ``:
+    the job's environment (it picks the attention kernel); ``given``: the dests the user set."""
     num_layers = ns["num_layers"]
     activation, gated = resolve_activation(ns)
     moe = None
@@ -269,6 +337,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             router_enable_expert_bias=bool(ns.get("moe_router_enable_expert_bias")),
             router_dtype=ns.get("moe_router_dtype"),
             latent_size=ns.get("moe_latent_size"),
+            apply_probs_on_input=bool(ns.get("moe_apply_probs_on_input")),
         )
     mla = None
     if ns.get("multi_latent_attention"):
@@ -300,6 +369,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         untie_embeddings_and_output_weights=bool(ns["untie_embeddings_and_output_weights"]),
         hidden_dropout=float(ns["hidden_dropout"]),
         attention_dropout=float(ns["attention_dropout"]),
+        attention_output_gate=bool(ns.get("attention_output_gate")),
         moe=moe,
         mla=mla,
         mtp_num_layers=ns.get("mtp_num_layers") or 0,
@@ -339,6 +409,16 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         cross_entropy_fusion_impl=ns.get("cross_entropy_fusion_impl", "native"),
         fp32_residual_connection=bool(ns.get("fp32_residual_connection")),
         defer_embedding_wgrad_compute=bool(ns.get("defer_embedding_wgrad_compute")),
+        wgrad_deferral_limit=ns.get("wgrad_deferral_limit") or 0,
+        create_attention_mask_in_dataloader=bool(ns.get("create_attention_mask_in_dataloader", True)),
+        overlap_moe_expert_parallel_comm=bool(ns.get("overlap_moe_expert_parallel_comm")),
+        deterministic_mode=bool(ns.get("deterministic_mode")),
+    )
+    offload = OffloadConfig(
+        fine_grained=bool(ns.get("fine_grained_activation_offloading")),
+        modules=tuple(ns.get("offload_modules") or ()),
+        fraction=float(ns.get("activation_offload_fraction", 1.0)),
+        min_tensor_size=int(ns.get("min_offloaded_tensor_size") or 0),
     )
     params_dtype = ns["params_dtype"]
     if params_dtype == "bf16":
@@ -350,26 +430,41 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
     precision = PrecisionConfig(
         params_dtype=params_dtype,
         main_grads_dtype=main_grads,
-        main_params_dtype=ns.get("main_params_dtype", "fp32"),
-        exp_avg_dtype=ns.get("exp_avg_dtype", "fp32"),
-        exp_avg_sq_dtype=ns.get("exp_avg_sq_dtype", "fp32"),
-        optimizer=ns.get("optimizer", "adam"),
-        use_distributed_optimizer=bool(ns.get("use_distributed_optimizer")),
-        num_distributed_optimizer_instances=ns.get("num_distributed_optimizer_instances") or 1,
-        use_precision_aware_optimizer=bool(ns.get("use_precision_aware_optimizer")),
-        optimizer_cpu_offload=bool(ns.get("optimizer_cpu_offload")),
-        optimizer_offload_fraction=float(ns.get("optimizer_offload_fraction", 1.0)),
-        overlap_grad_reduce=bool(ns.get("overlap_grad_reduce")),
-        overlap_param_gather=bool(ns.get("overlap_param_gather")),
-        ddp_bucket_size=ns.get("ddp_bucket_size"),
         fp8=ns.get("fp8"),
         fp8_recipe=ns.get("fp8_recipe", "delayed"),
         fp8_param_gather=bool(ns.get("fp8_param_gather")),
-        use_megatron_fsdp=bool(ns.get("use_megatron_fsdp")),
-        data_parallel_sharding_strategy=ns.get("data_parallel_sharding_strategy", "optim_grads_params"),
+        fp8_amax_history_len=ns.get("fp8_amax_history_len") or 1,
         attention_softmax_in_fp32=bool(ns.get("attention_softmax_in_fp32")),
     )
-    backend, backend_source = resolve_attention_backend(ns, environ)
+    optimizer = OptimizerConfig(
+        optimizer=ns.get("optimizer", "adam"),
+        main_params_dtype=ns.get("main_params_dtype", "fp32"),
+        exp_avg_dtype=ns.get("exp_avg_dtype", "fp32"),
+        exp_avg_sq_dtype=ns.get("exp_avg_sq_dtype", "fp32"),
+        use_precision_aware_optimizer=bool(ns.get("use_precision_aware_optimizer")),
+        use_distributed_optimizer=bool(ns.get("use_distributed_optimizer")),
+        use_layer_wise_distributed_optimizer=bool(ns.get("use_layer_wise_distributed_optimizer")),
+        use_layer_wise_param_layout=bool(ns.get("use_layer_wise_param_layout", True)),
+        num_distributed_optimizer_instances=ns.get("num_distributed_optimizer_instances") or 1,
+        optimizer_cpu_offload=bool(ns.get("optimizer_cpu_offload")),
+        optimizer_offload_fraction=float(ns.get("optimizer_offload_fraction", 1.0)),
+        sgd_momentum=float(ns.get("sgd_momentum") or 0),
+        overlap_grad_reduce=bool(ns.get("overlap_grad_reduce")),
+        overlap_param_gather=bool(ns.get("overlap_param_gather")),
+        ddp_bucket_size=ns.get("ddp_bucket_size"),
+        use_megatron_fsdp=bool(ns.get("use_megatron_fsdp")),
+        data_parallel_sharding_strategy=ns.get("data_parallel_sharding_strategy", "optim_grads_params"),
+    )
+    checkpoint = CheckpointConfig(
+        ckpt_format=ns.get("ckpt_format"),
+        fully_parallel_load=bool(ns.get("ckpt_fully_parallel_load")),
+        exchange_algo=ns.get("ckpt_fully_parallel_load_exchange_algo") or "broadcast",
+        load_process_group=ns.get("ckpt_fully_parallel_load_process_group"),
+        optim_fully_reshardable=bool(ns.get("dist_ckpt_optim_fully_reshardable")),
+        no_load_optim=bool(ns.get("no_load_optim")),
+        finetune=bool(ns.get("finetune")),
+    )
+    backend, backend_source = resolve_attention_backend(ns, environ, run)
     kernels = KernelConfig(
         transformer_impl=ns.get("transformer_impl", "transformer_engine"),
         attention_backend=backend,
@@ -380,9 +475,18 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         bias_dropout_fusion=bool(ns.get("bias_dropout_fusion", True)),
         gradient_accumulation_fusion=bool(ns.get("gradient_accumulation_fusion", True)),
         apply_rope_fusion=bool(ns.get("apply_rope_fusion", True)),
+        tp_comm_overlap=bool(ns.get("tp_comm_overlap")),
+        te_activation_func=bool(ns.get("use_te_activation_func")),
+        fused_weighted_squared_relu=bool(ns.get("use_fused_weighted_squared_relu")),
     )
+    not_modelled = ()
+    if given:
+        from megatron_estimator.megatron.flag_effects import memory_assumptions
+
+        not_modelled = tuple(memory_assumptions(given, {dest: ns.get(dest) for dest in given}))
     return EstimatorConfig(
         model=model, parallel=parallel, split=split, training=training, precision=precision,
-        kernels=kernels, world_size_source=world_size_source, notes=tuple(notes), namespace=dict(ns),
+        optimizer=optimizer, kernels=kernels, offload=offload, checkpoint=checkpoint,
+        world_size_source=world_size_source, run=run, notes=tuple(notes), not_modelled=not_modelled,
         given=frozenset(given),
     )

@@ -211,13 +211,13 @@ def _experts_keep_unweighted_activation(config: EstimatorConfig) -> bool:
     (bias activation fusion, i.e. --bias-swiglu-fusion for SwiGLU, --bias-gelu-fusion otherwise)
     and the fused weighted squared ReLU save only their input; with --moe-apply-probs-on-input
     the probabilities are ones that need no gradient."""
-    ns, m = config.namespace, config.model
-    if ns.get("moe_apply_probs_on_input"):
+    m, k = config.model, config.kernels
+    if m.moe is not None and m.moe.apply_probs_on_input:
         return False
-    if ns.get("use_te_activation_func"):
+    if k.te_activation_func:
         return True
     if m.activation == "squared_relu":
-        return not ns.get("use_fused_weighted_squared_relu")
+        return not k.fused_weighted_squared_relu
     fusion = config.kernels.bias_swiglu_fusion if m.activation == "swiglu" else config.kernels.bias_gelu_fusion
     return not (fusion and m.activation in ("swiglu", "quick_geglu"))
 
@@ -268,12 +268,12 @@ def offloaded_bytes(config: EstimatorConfig, layer_index: int, imbalance: float 
     layer's forward (megatron/core/pipeline_parallel/fine_grained_activation_offload.py): the
     saved tensors of each module in --offload-modules, times --activation-offload-fraction;
     tensors under --min-offloaded-tensor-size elements stay."""
-    ns = config.namespace
-    if not ns.get("fine_grained_activation_offloading"):
+    offload = config.offload
+    if not offload.fine_grained:
         return 0
-    modules = set(ns.get("offload_modules") or ())
-    fraction = float(ns.get("activation_offload_fraction", 1.0))
-    min_elements = int(ns.get("min_offloaded_tensor_size") or 0)
+    modules = set(offload.modules)
+    fraction = offload.fraction
+    min_elements = offload.min_tensor_size
     m = config.model
     d = dims(config)
     h = m.hidden_size

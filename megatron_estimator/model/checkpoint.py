@@ -53,33 +53,32 @@ class ResumeLoad:
     """How a resumed run loads, as far as memory goes."""
     modelled: bool               # the estimate knows this load path
     exchanges: bool              # and it is the fully parallel load's broadcast exchange
-    why: str                     # what the report says about it
+    path: str                    # which load path (report/assumptions.py says it): fsdp_dtensor,
+                                 # in_place, exchange_algo, fully_reshardable, broadcast
+    exchange_algo: str = "broadcast"    # --ckpt-fully-parallel-load-exchange-algo
 
 
 def resume_load(config: EstimatorConfig) -> ResumeLoad | None:
     """None when the run does not resume; else whether its load's memory is modelled."""
-    ns = config.namespace
-    if not ns.get("_resuming"):
+    ckpt = config.checkpoint
+    if not config.run.resume.resumes:
         return None
-    if config.precision.use_megatron_fsdp or ns.get("ckpt_format") == "fsdp_dtensor":
-        return ResumeLoad(False, False, "the Megatron-FSDP (fsdp_dtensor) load's memory is not modelled")
-    if ns.get("ckpt_format") not in ("torch_dist", None) or not ns.get("ckpt_fully_parallel_load"):
-        return ResumeLoad(True, False, "the load reads into the model's and optimizer's own tensors; nothing is added")
-    algo = ns.get("ckpt_fully_parallel_load_exchange_algo") or "broadcast"
+    if config.optimizer.use_megatron_fsdp or ckpt.ckpt_format == "fsdp_dtensor":
+        return ResumeLoad(False, False, "fsdp_dtensor")
+    if ckpt.ckpt_format not in ("torch_dist", None) or not ckpt.fully_parallel_load:
+        return ResumeLoad(True, False, "in_place")
+    algo = ckpt.exchange_algo
     if algo != "broadcast":
-        return ResumeLoad(False, False, f"the fully parallel load's {algo} exchange buffers are not modelled")
-    if loads_optimizer(config) and config.precision.use_distributed_optimizer \
-            and ns.get("dist_ckpt_optim_fully_reshardable"):
-        return ResumeLoad(False, False, "the fully parallel load of a fully reshardable optimizer checkpoint "
-                                 "(--dist-ckpt-optim-fully-reshardable) is not modelled")
-    return ResumeLoad(True, True, "--ckpt-fully-parallel-load: the broadcast buffers of checkpoint shards that "
-                            "other ranks of its group hold stay allocated into the first training step "
-                            "(counted, an upper bound)")
+        return ResumeLoad(False, False, "exchange_algo", algo)
+    if loads_optimizer(config) and config.optimizer.use_distributed_optimizer \
+            and ckpt.optim_fully_reshardable:
+        return ResumeLoad(False, False, "fully_reshardable")
+    return ResumeLoad(True, True, "broadcast")
 
 
 def loads_optimizer(config: EstimatorConfig) -> bool:
     """Megatron loads the optimizer's state unless --no-load-optim or --finetune."""
-    return not (config.namespace.get("no_load_optim") or config.namespace.get("finetune"))
+    return not (config.checkpoint.no_load_optim or config.checkpoint.finetune)
 
 
 def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]]) -> int:
@@ -89,7 +88,7 @@ def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[Param
     load = resume_load(config)
     if load is None or not load.exchanges:
         return 0
-    p, prec, ns = config.parallel, config.precision, config.namespace
+    p, prec, opt = config.parallel, config.precision, config.optimizer
     tensors = [t for chunk in chunks_tensors for t in chunk]
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     optimizer = loads_optimizer(config)
@@ -97,11 +96,11 @@ def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[Param
     expert_weights = sum(t.numel for t in tensors if t.expert) * param_bytes
     states = {expert: sum(int(t.numel * (master + moment_bytes(config, t))) for t in tensors if t.expert == expert)
               for expert in (False, True)}
-    layer_wise = bool(ns.get("use_layer_wise_distributed_optimizer"))
-    distributed = prec.use_distributed_optimizer and not layer_wise
+    layer_wise = opt.use_layer_wise_distributed_optimizer
+    distributed = opt.use_distributed_optimizer and not layer_wise
     if optimizer and not distributed and not layer_wise:
         expert_weights += states[True]          # replicated like the expert weights themselves
-    instances = max(prec.num_distributed_optimizer_instances, 1)
+    instances = max(opt.num_distributed_optimizer_instances, 1)
     dense_shards = max(p.dp * p.cp // instances, 1)
     expert_shards = max(p.edp // instances, 1)
 
@@ -114,7 +113,7 @@ def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[Param
     def expert_of(x: int) -> tuple[int, int, int]:
         return x % p.etp, (x // p.etp) % p.ep, x // (p.etp * p.ep)
 
-    if ns.get("ckpt_fully_parallel_load_process_group") == "ep_dp":
+    if config.checkpoint.load_process_group == "ep_dp":
         group = [x for x in range(block) if expert_of(x)[:2] == expert_of(me)[:2]]
     else:
         group = [x for x in range(me % p.tp, block, p.tp)]

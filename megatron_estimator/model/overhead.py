@@ -84,7 +84,7 @@ def te_grouped_gemm(config) -> bool:
 def te_workspace_for(config, compute_capability: float) -> int:
     """Transformer Engine's workspaces for this configuration (``te_workspace_bytes``)."""
     return te_workspace_bytes(compute_capability, config.kernels.transformer_impl, te_grouped_gemm(config),
-                              bool(config.namespace.get("tp_comm_overlap")))
+                              config.kernels.tp_comm_overlap)
 
 
 def communicators(parallel, moe: bool = False) -> list[str]:

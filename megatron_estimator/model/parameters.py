@@ -88,7 +88,7 @@ def attention_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]
         return tensors
     d, g = m.kv_channels, m.num_query_groups
     qkv_out = (a + 2 * g) * d
-    if config.namespace.get("attention_output_gate"):
+    if config.model.attention_output_gate:
         qkv_out += a * d
     tensors += _linear(prefix + "self_attention.linear_qkv", h, qkv_out // t, m.add_bias_linear or m.add_qkv_bias)
     if m.qk_layernorm:

@@ -17,10 +17,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from megatron_estimator.core.units import GiB, MiB
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
-from megatron_estimator.results.estimate import Assumption, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
+from megatron_estimator.results.estimate import Assumed, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
@@ -119,7 +118,7 @@ def _batch_bytes(config: EstimatorConfig) -> int:
     [b, 1, s, s] causal mask (megatron/core/datasets/gpt_dataset.py)."""
     d = act.dims(config)
     total = (3 * 8 + 4) * d.tokens
-    if config.namespace.get("create_attention_mask_in_dataloader", True):
+    if config.training.create_attention_mask_in_dataloader:
         total += d.tokens * config.training.seq_length
     return total
 
@@ -132,7 +131,7 @@ def deferred_wgrad_bytes(config: EstimatorConfig) -> int:
     if not config.training.defer_embedding_wgrad_compute:
         return 0
     m, d = config.model, act.dims(config)
-    limit = config.namespace.get("wgrad_deferral_limit") or 0
+    limit = config.training.wgrad_deferral_limit
     held = config.training.num_microbatches - 1
     if limit:
         held = min(held, limit)
@@ -158,11 +157,11 @@ def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: tup
     if config.training.cpu_offloading_num_layers and stage.layers:
         transients["offload in flight"] = transients["layer backward"] + max(
             act.layer_activations(config, i).total for i in stage.layers)
-    if config.namespace.get("fine_grained_activation_offloading") and stage.layers:
+    if config.offload.fine_grained and stage.layers:
         # The layer running now has not been offloaded yet (and one is being reloaded).
         transients["offload in flight"] = transients["layer backward"] + max(
             act.offloaded_bytes(config, i) for i in stage.layers)
-    if config.namespace.get("overlap_moe_expert_parallel_comm") and stage.layers:
+    if config.training.overlap_moe_expert_parallel_comm and stage.layers:
         # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
         # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
         transients["overlapped forward"] = transients["layer backward"] + max(
@@ -224,7 +223,7 @@ class SharedTerms(NamedTuple):
 def shared_terms(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str]) -> SharedTerms:
     """The ``SharedTerms`` of this configuration."""
     cublas, _ = cublas_workspace_bytes(environ, overheads.compute_capability,
-                                       bool(config.namespace.get("deterministic_mode")))
+                                       config.training.deterministic_mode)
     return SharedTerms(cublas, te_workspace_for(config, overheads.compute_capability), _batch_bytes(config),
                        _global_buffers(config))
 
@@ -294,7 +293,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
-                                      bool(config.namespace.get("overlap_moe_expert_parallel_comm")))
+                                      config.training.overlap_moe_expert_parallel_comm)
     activations = held_activations(inflight.chunk_microbatches, weights)
     deferred = deferred_wgrad_bytes(config) if stage.post_process else 0
     activations += deferred
@@ -395,7 +394,7 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
         world_size_source=config.world_size_source,
         parallelism=MappingProxyType(config.parallel.as_dict()),
         stages=results,
-        assumptions=assumptions(config, overheads, environ, results),
+        assumed=assumptions(config, overheads, environ, results),
         budget_bytes=budget,
         budget_source=budget_source,
         model_summary=model_summary(config),
@@ -403,22 +402,17 @@ def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_sourc
     )
 
 
-def _size(n: int) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
-
-
-def _ep_dp_hint(config: EstimatorConfig, most: int) -> str:
-    """What the expert data-parallel load group would keep instead, when that is less."""
-    if config.model.moe is None or config.namespace.get("ckpt_fully_parallel_load_process_group") == "ep_dp":
-        return ""
+def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:
+    """The most checkpoint-load buffers a stage would keep with the expert data-parallel load
+    group (--ckpt-fully-parallel-load-process-group ep_dp); None when that is no other choice
+    (a dense model, or the group is ep_dp already)."""
+    if config.model.moe is None or config.checkpoint.load_process_group == "ep_dp":
+        return None
     from dataclasses import replace
 
-    ep_dp = replace(config, namespace={**config.namespace, "ckpt_fully_parallel_load_process_group": "ep_dp"})
-    fewer = max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
-                for stage in pipeline_stages(ep_dp))
-    if fewer >= most:
-        return ""
-    return f" (with --ckpt-fully-parallel-load-process-group ep_dp: {_size(fewer) if fewer else 'none'})"
+    ep_dp = replace(config, checkpoint=replace(config.checkpoint, load_process_group="ep_dp"))
+    return max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
+               for stage in pipeline_stages(ep_dp))
 
 
 def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
@@ -433,8 +427,8 @@ def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
         ("vocabulary", f"{m.padded_vocab_size} ({m.vocab_source})"),
         ("batch", f"micro {tr.micro_batch_size} x seq {tr.seq_length}, global {tr.global_batch_size} "
                   f"({tr.num_microbatches} microbatches per step)"),
-        ("precision", f"{prec.params_dtype} params, {prec.main_grads_dtype} grads, {prec.optimizer}"
-                      + (", distributed optimizer" if prec.use_distributed_optimizer else "")),
+        ("precision", f"{prec.params_dtype} params, {prec.main_grads_dtype} grads, {config.optimizer.optimizer}"
+                      + (", distributed optimizer" if config.optimizer.use_distributed_optimizer else "")),
     ]
     if m.moe is not None:
         rows.insert(1, ("experts", f"{m.moe.num_experts} experts, top-{m.moe.router_topk}, "
@@ -443,63 +437,45 @@ def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
 
 
 def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str],
-                stages: tuple[StageEstimate, ...] = ()) -> tuple[Assumption, ...]:
+                stages: tuple[StageEstimate, ...] = ()) -> tuple[Assumed, ...]:
+    """What the estimate took as given, as facts (report/assumptions.py says them)."""
     k = config.kernels
     cublas, cublas_source = cublas_workspace_bytes(environ, overheads.compute_capability,
-                                                   bool(config.namespace.get("deterministic_mode")))
-    attention = f"attention kernel: {k.attention_backend} ({k.attention_backend_source})"
-    if (k.transformer_impl == "transformer_engine" and k.attention_backend in ("flash", "fused")
-            and is_deterministic(config.namespace, environ) and overheads.compute_capability < 9.0):
-        # config.deterministic_fallback: deterministic training disables cuDNN fused attention
-        # before sm90, and flash-attn below 2.4.1.
-        attention += ("; deterministic mode on this GPU assumes flash-attn >= 2.4.1 in the job's "
-                      "software stack; without it Transformer Engine falls back to unfused attention "
-                      "(s^2 memory): say --flash-attn none")
+                                                   config.training.deterministic_mode)
+    # config.deterministic_fallback: deterministic training disables cuDNN fused attention
+    # before sm90, and flash-attn below 2.4.1; the estimate assumes flash-attn >= 2.4.1.
+    flash_attn_assumed = (k.transformer_impl == "transformer_engine" and k.attention_backend in ("flash", "fused")
+                          and is_deterministic(config.training.deterministic_mode, environ)
+                          and overheads.compute_capability < 9.0)
     items = [
-        Assumption("attention_backend", attention, k.attention_backend),
-        Assumption("schedule", "activations held per the pipeline schedule at the 1F1B steady state"
-                   + (" (interleaved)" if config.parallel.vpp else "")),
-        Assumption("cublas_workspace", f"cuBLAS workspaces {cublas / MiB:g} MiB ({cublas_source}) and "
-                   f"Transformer Engine's workspace for compute capability {overheads.compute_capability:g}"
-                   + (" (and one per grouped-GEMM stream)" if te_grouped_gemm(config) else "")
-                   + (" (and three for the TP-overlap GEMMs)" if config.namespace.get("tp_comm_overlap") else ""),
-                   cublas),
-        Assumption("cuda_context", f"CUDA context {overheads.cuda_context_bytes / MiB:g} MiB per GPU, "
-                   "outside the allocator", overheads.cuda_context_bytes),
-        Assumption("nccl_buffers", f"NCCL buffers {overheads.nccl_bytes_per_communicator / MiB:g} MiB per "
-                   f"communicator ({', '.join(communicators(config.parallel, config.model.moe is not None)) or 'none'})",
-                   overheads.nccl_bytes_per_communicator),
-        Assumption("fragmentation", f"allocator fragmentation {overheads.fragmentation:.0%} of allocated memory",
-                   overheads.fragmentation),
+        Assumed("attention_backend", k.attention_backend,
+                {"source": k.attention_backend_source, "deterministic_flash_attn_assumed": flash_attn_assumed}),
+        Assumed("schedule", None, {"interleaved": bool(config.parallel.vpp)}),
+        Assumed("cublas_workspace", cublas,
+                {"source": cublas_source, "compute_capability": overheads.compute_capability,
+                 "grouped_gemm": te_grouped_gemm(config), "tp_comm_overlap": k.tp_comm_overlap}),
+        Assumed("cuda_context", overheads.cuda_context_bytes),
+        Assumed("nccl_buffers", overheads.nccl_bytes_per_communicator,
+                {"communicators": tuple(communicators(config.parallel, config.model.moe is not None))}),
+        Assumed("fragmentation", overheads.fragmentation),
     ]
-    if config.precision.optimizer in ("soap", "adaptive_muon"):
-        items.append(Assumption("optimizer", f"--optimizer {config.precision.optimizer}: its states are "
-                                "counted as Adam's (preconditioners not modelled)"))
+    if config.optimizer.optimizer in ("soap", "adaptive_muon"):
+        items.append(Assumed("optimizer", None, {"optimizer": config.optimizer.optimizer}))
     if config.model.moe is not None:
-        imbalance = overheads.routing_imbalance
-        items.append(Assumption(
-            "routing", "MoE tokens spread evenly over the expert ranks"
-            + (f"; the imbalanced peak assumes the hottest rank receives {imbalance:.0%} more"
-               if imbalance else " (set --routing-imbalance for a hot-rank margin)"), imbalance))
-    resume_note = config.namespace.get("_resume_note")
-    if resume_note:
+        items.append(Assumed("routing", overheads.routing_imbalance))
+    resume = config.run.resume
+    if resume.requested != "no" and (resume.load is not None or resume.requested == "yes"):
         load = resume_load(config)
-        text = resume_note + (f"; {load.why}" if load is not None else "")
-        buffers = [(dict(s.details).get("checkpoint_load_buffers", 0), s.pipeline_rank) for s in stages]
-        most, rank = max(buffers, default=(0, 0))
+        facts = {"resume": resume, "load": load}
         if load is not None and load.exchanges:
-            text += (f": {_size(most)} on stage {rank}" + _ep_dp_hint(config, most) if most else ": none here (every shard "
-                     "its group exchanges is one this rank holds)")
-        items.append(Assumption("resume", text, bool(config.namespace.get("_resuming"))))
-    if config.namespace.get("tp_comm_overlap"):
-        items.append(Assumption("not_modelled", "--tp-comm-overlap: the GEMM workspaces it adds are counted; "
-                                "Transformer Engine's userbuffers are allocated outside PyTorch's allocator and "
-                                "are not in the device peak"))
+            buffers = [(dict(s.details).get("checkpoint_load_buffers", 0), s.pipeline_rank) for s in stages]
+            most, rank = max(buffers, default=(0, 0))
+            facts.update(most_bytes=most, stage=rank, ep_dp_bytes=_ep_dp_load_bytes(config) if most else None)
+        items.append(Assumed("resume", resume.resumes, facts))
+    if k.tp_comm_overlap:
+        items.append(Assumed("tp_comm_overlap"))
     for note in config.notes:
-        items.append(Assumption("megatron_derived", note))
-    from megatron_estimator.megatron.flag_effects import memory_assumptions
-
-    values = {dest: config.namespace.get(dest) for dest in config.given}
-    for flag, text in memory_assumptions(config.given, values):
-        items.append(Assumption("not_modelled", f"{flag}: {text}"))
+        items.append(Assumed("megatron_derived", None, {"note": note}))
+    for flag, what in config.not_modelled:
+        items.append(Assumed("not_modelled", None, {"flag": flag, "what": what}))
     return tuple(items)

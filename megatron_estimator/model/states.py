@@ -79,7 +79,7 @@ def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard:
 
 def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]]) -> ModelStates:
     """Model states of one GPU holding these model chunks (one tensor list per chunk)."""
-    prec = config.precision
+    prec, opt = config.precision, config.optimizer
     p = config.parallel
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     grad_bytes = DTYPE_BYTES[prec.main_grads_dtype]
@@ -90,18 +90,18 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     # parameter's states live on one data-parallel rank (whole-parameter shards, modelled as
     # an even split); with --no-use-layer-wise-param-layout DDP keeps full buffers and whole
     # parameters are dealt out ping-pong (``_layer_wise_ping_pong_bytes``).
-    layer_wise = bool(config.namespace.get("use_layer_wise_distributed_optimizer"))
-    ping_pong = layer_wise and not config.namespace.get("use_layer_wise_param_layout", True)
-    distributed = (prec.use_distributed_optimizer or prec.use_megatron_fsdp
+    layer_wise = opt.use_layer_wise_distributed_optimizer
+    ping_pong = layer_wise and not opt.use_layer_wise_param_layout
+    distributed = (opt.use_distributed_optimizer or opt.use_megatron_fsdp
                    or (layer_wise and not ping_pong))
-    instances = max(prec.num_distributed_optimizer_instances, 1)
+    instances = max(opt.num_distributed_optimizer_instances, 1)
     dense_shard = max(p.dp * p.cp // instances, 1)
     expert_shard = max(p.edp // instances, 1)
     bucket_size = None
-    if prec.overlap_grad_reduce:
-        bucket_size = prec.ddp_bucket_size or max(40_000_000, 1_000_000 * p.dp * p.cp)
+    if opt.overlap_grad_reduce:
+        bucket_size = opt.ddp_bucket_size or max(40_000_000, 1_000_000 * p.dp * p.cp)
     shared_embedding = (not config.model.untie_embeddings_and_output_weights) and p.pp > 1
-    fsdp = prec.data_parallel_sharding_strategy if prec.use_megatron_fsdp else None
+    fsdp = opt.data_parallel_sharding_strategy if opt.use_megatron_fsdp else None
 
     weights = gradients = master = moments = padding = fp8_copies = 0
     unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
@@ -141,7 +141,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     if ping_pong:
         master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
                                                       master_bytes, dense_shard, expert_shard)
-    offload = prec.optimizer_offload_fraction if prec.optimizer_cpu_offload else 0.0
+    offload = opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0
     master = int(master * (1 - offload))
     moments = int(moments * (1 - offload))
     transient = 0
@@ -208,32 +208,7 @@ def fp8_scaling_state_bytes(config: EstimatorConfig, fp8_gemms: int) -> int:
     prec = config.precision
     if not prec.fp8 or prec.fp8_recipe != "delayed":
         return 0
-    history = config.namespace.get("fp8_amax_history_len") or 1
-    return fp8_gemms * 3 * (history + 2) * 4
-
-
-def shards_optimizer_states(ns) -> bool:
-    """Whether a derived namespace shards optimizer states over data parallelism: the
-    distributed optimizer, or the layer-wise one emerging optimizers (Muon) run instead."""
-    return bool(ns.get("use_distributed_optimizer") or ns.get("use_layer_wise_distributed_optimizer"))
-
-
-def with_distributed_optimizer(config: EstimatorConfig, do: bool) -> EstimatorConfig:
-    """``config`` with --use-distributed-optimizer on or off, as validate_args applies it:
-    emerging optimizers (not adam or sgd) get the layer-wise distributed optimizer instead."""
-    from dataclasses import replace
-
-    if config.precision.optimizer in ("adam", "sgd"):
-        if config.precision.use_distributed_optimizer == do:
-            return config
-        return replace(config, precision=replace(config.precision, use_distributed_optimizer=do))
-    if bool(config.namespace.get("use_layer_wise_distributed_optimizer")) == do \
-            and not config.precision.use_distributed_optimizer:
-        return config
-    namespace = dict(config.namespace)
-    namespace["use_layer_wise_distributed_optimizer"] = do
-    return replace(config, precision=replace(config.precision, use_distributed_optimizer=False),
-                   namespace=namespace)
+    return fp8_gemms * 3 * (prec.fp8_amax_history_len + 2) * 4
 
 
 def _layer_wise_ping_pong_bytes(config: EstimatorConfig, tensors: list[ParamTensor], master_bytes: float,
@@ -273,13 +248,13 @@ def master_param_bytes(config: EstimatorConfig) -> float:
     The precision-aware optimizer keeps --main-params-dtype, and for bf16 params with fp32
     main params only the 16-bit remainder (optimizer_config.py store_param_remainders, on by
     default)."""
-    prec = config.precision
-    if prec.params_dtype == "fp32":
+    params_dtype, opt = config.precision.params_dtype, config.optimizer
+    if params_dtype == "fp32":
         return 0
-    if prec.use_precision_aware_optimizer:
-        if prec.params_dtype == "bf16" and prec.main_params_dtype == "fp32":
+    if opt.use_precision_aware_optimizer:
+        if params_dtype == "bf16" and opt.main_params_dtype == "fp32":
             return 2
-        return DTYPE_BYTES[prec.main_params_dtype]
+        return DTYPE_BYTES[opt.main_params_dtype]
     return 4
 
 
@@ -290,13 +265,13 @@ def moment_bytes(config: EstimatorConfig, tensor: ParamTensor) -> int:
     (embeddings, output layer, norms, biases).  Muon takes every 2-D parameter that is not
     an embedding or output weight (megatron/core/optimizer/emerging_optimizers.py
     ``_is_nonlinear_or_embedding``), the MoE router's [E, h] weight included."""
-    prec = config.precision
-    adam = (DTYPE_BYTES[prec.exp_avg_dtype] + DTYPE_BYTES[prec.exp_avg_sq_dtype]
-            if prec.use_precision_aware_optimizer else 8)
-    if prec.optimizer == "sgd":
-        return 4 if (config.namespace.get("sgd_momentum") or 0) > 0 else 0
-    if prec.optimizer == "lion":
+    opt = config.optimizer
+    adam = (DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
+            if opt.use_precision_aware_optimizer else 8)
+    if opt.optimizer == "sgd":
+        return 4 if opt.sgd_momentum > 0 else 0
+    if opt.optimizer == "lion":
         return 4
-    if prec.optimizer in ("muon", "dist_muon", "adaptive_muon"):
+    if opt.optimizer in ("muon", "dist_muon", "adaptive_muon"):
         return 4 if tensor.kind in ("linear", "router") else adam
     return adam

@@ -38,7 +38,8 @@ from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act
 from megatron_estimator.model import stage as stage_model
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight
-from megatron_estimator.model.states import DTYPE_BYTES, with_distributed_optimizer
+from megatron_estimator.config.typed import with_distributed_optimizer
+from megatron_estimator.model.states import DTYPE_BYTES
 from megatron_estimator.planner.space import LayoutChoice
 from megatron_estimator.planner.validity import expert_overlay
 from megatron_estimator.results.plan import NO_RECOMPUTE, Recompute
@@ -230,7 +231,8 @@ class LayoutMemory:
 
             ns = dict(self._derived)
             ns.update(expert_overlay(self.layout.ep, self.layout.etp))
-            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env)
+            self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env,
+                                        run=self.search.run_context)
         return self._config
 
     def states_exceed(self, do: bool) -> bool:
@@ -277,7 +279,7 @@ class LayoutMemory:
         lay, dims = self.layout, self.dims
         stage = group.stage
         ref = search.reference
-        if upper and ref.precision.use_megatron_fsdp:
+        if upper and ref.optimizer.use_megatron_fsdp:
             return None
         rates = search.state_rates(dims, do)
         dense = expert = padding = 0
@@ -294,7 +296,7 @@ class LayoutMemory:
             return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
         dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
         bound = dense * rates.dense_high + expert * rates.expert_high + truncation
-        if do or ref.precision.use_megatron_fsdp:
+        if do or ref.optimizer.use_megatron_fsdp:
             bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
         return int(bound) + 1
 

@@ -23,7 +23,10 @@ from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.model import stage as stage_model
 from megatron_estimator.model.parameters import ParamTensor
-from megatron_estimator.model.states import model_states, shards_optimizer_states, with_distributed_optimizer
+from megatron_estimator.config.derive import shards_optimizer_states
+from megatron_estimator.config.run_context import Resume, RunContext
+from megatron_estimator.config.typed import with_distributed_optimizer
+from megatron_estimator.model.states import model_states
 from megatron_estimator.planner.candidates import Verifier, candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
 from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
@@ -78,6 +81,9 @@ class _Search:
         job_environment = bool(getattr(inp, "job_environment", False))
         self.rules, self.ignored_codes = layout_rules(job_environment)
         self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
+        # What the rules and the kernel choice know of the run (resolve.resolve_config's ``run``).
+        self.run_context = RunContext(gpu_compute_capability=self.compute_capability, flash_attn=overheads.flash_attn,
+                                      resume=Resume("no"), job_environment=job_environment)
 
         # The model without a layout: the user's settings minus what the planner chooses (the
         # recompute modules stay: selective layouts set their own, the others do not read them).
@@ -133,15 +139,13 @@ class _Search:
         for tp, cp, pp, pipeline in self.families():
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
-            batches, namespaces = derive_batches(ns, all_batches, self.world, {
-                "world_size_source": "plan", "_compute_capability": self.compute_capability,
-                "_flash_attn": self.overheads.flash_attn})
+            batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)
             recomputes = recompute_choices(family.max_chunk_layers, self.space.block_recompute_fractions)
             sps = sequence_parallel_choices(tp)
-            verdicts = family_verdicts(self.rules, self.raw, self.env, namespaces, experts, recomputes, sps,
+            verdicts = family_verdicts(self.rules, self.raw, self.env, self.run_context, namespaces, experts, recomputes, sps,
                                        self.ignored_codes)
             if verdicts.failed is not None:
                 self._reject(verdicts.failed, math.prod(verdicts.sizes))
@@ -202,7 +206,7 @@ class _Search:
             from megatron_estimator.config.typed import build_config
             from megatron_estimator.model.layout import pipeline_stages
 
-            config = build_config(derived, self.vocabulary(tp), "plan", self.env)
+            config = build_config(derived, self.vocabulary(tp), "plan", self.env, run=self.run_context)
             if self.reference is None:
                 self.reference = config
             if self.pattern is None:

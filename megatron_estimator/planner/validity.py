@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Mapping
 
+from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.planner.space import RECOMPUTE_DESTS
@@ -185,9 +186,10 @@ class RuleVerdicts:
     the dimensions it read.  A table is checked in the loop over the last dimension it needs.
     """
 
-    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], sizes: tuple[int, ...],
+    def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], run: RunContext, sizes: tuple[int, ...],
                  view: Callable[[tuple[int, ...]], RuleReads], ignored: frozenset = frozenset()):
         self.sizes, self._view, self._raw, self._env, self._ignored = sizes, view, raw, env, ignored
+        self._run_context = run
         self.failed: str | None = None           # a problem code every choice fails with
         self.levels: list[list[tuple[tuple[int, ...], dict]]] = [[] for _ in sizes]
         for rule in rules:
@@ -202,7 +204,7 @@ class RuleVerdicts:
 
     def _run(self, rule, choice: tuple[int, ...]) -> tuple[str | None, set[int]]:
         view = self._view(choice)
-        for problem in rule(view, self._raw, self._env):
+        for problem in rule(view, self._raw, self._env, self._run_context):
             if problem.code not in self._ignored:
                 return problem.code, view.dims
         return None, view.dims
@@ -235,7 +237,7 @@ class RuleVerdicts:
         return None
 
 
-def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], namespaces: list[dict],
+def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], run: RunContext, namespaces: list[dict],
                     experts: list[tuple[int, int]], recomputes: list[Recompute], sps: tuple[bool, ...],
                     ignored: frozenset = frozenset()) -> RuleVerdicts:
     """The rules' verdicts over a layout family's inner choices: the expert sizes, the batch
@@ -249,4 +251,4 @@ def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], namespaces: lis
         return RuleReads(namespaces[b], {**expert_over[e], **rec_over[r][s]})
 
     sizes = (len(experts), len(namespaces), len(recomputes), len(sps))
-    return RuleVerdicts(rules, raw, env, sizes, view, ignored)
+    return RuleVerdicts(rules, raw, env, run, sizes, view, ignored)

@@ -7,14 +7,25 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 
 
 @dataclass(frozen=True)
+class Assumed:
+    """Something the estimate took as given, as facts: ``code`` names what it is, ``value``
+    is its figure (in bytes, a fraction, a name), ``facts`` the names and numbers behind it.
+    The memory model writes these; report/assumptions.py says each as a sentence."""
+    code: str
+    value: int | float | str | bool | None = None
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Assumption:
-    """Something the estimate took as given; ``value`` is shown when it is a number."""
+    """An assumption as the report states it (report/assumptions.py ``state``); ``value`` is
+    shown when it is a number.  The JSON contract's ``assumptions`` entries."""
     key: str
     text: str
     value: int | float | str | None = None
@@ -121,11 +132,13 @@ class Estimate:
     world_size_source: str
     parallelism: Mapping[str, int | None]      # read-only: tp, pp, vpp, cp, dp, ep, etp, edp
     stages: tuple[StageEstimate, ...]
-    assumptions: tuple[Assumption, ...]
+    assumed: tuple[Assumed, ...]               # the facts; report/assumptions.py states them
     budget_bytes: int | None = None
     budget_source: str | None = None
     model_summary: tuple[tuple[str, str], ...] = ()
     total_parameters: int = 0
+    # ``assumed`` as the report states them: filled in by api.evaluate (report/assumptions.py).
+    assumptions: tuple[Assumption, ...] = ()
 
     @property
     def peak_stage(self) -> StageEstimate:
