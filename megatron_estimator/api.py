@@ -197,7 +197,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = ()) -> Verdict:
     """Validate and estimate one input; never raises for bad input (the verdict holds the problems)."""
-    from megatron_estimator.model.stage import estimate as estimate_memory
+    from megatron_estimator.results.estimate import build_estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.config.resolve import resolve_config
     from megatron_estimator.report.assumptions import state_all

@@ -60,7 +60,7 @@ def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: 
 
 
 def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None = None, environ: dict | None = None):
-    from megatron_estimator.model.stage import estimate as run
+    from megatron_estimator.results.estimate import build_estimate as run
 
     return run(resolve(text, world_size, environ, extra), budget=budget, environ=environ or {})
 

@@ -8,7 +8,7 @@ import json
 from megatron_estimator.inputs.argv import parse_megatron_argv
 from megatron_estimator.model.layout import pipeline_stages
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
-from megatron_estimator.model.stage import estimate
+from megatron_estimator.results.estimate import build_estimate as estimate
 from megatron_estimator.model.parameters import chunk_tensors
 from megatron_estimator.config.resolve import resolve_config
 from megatron_estimator.config.run_context import Resume, resume_of

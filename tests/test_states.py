@@ -159,7 +159,7 @@ def test_fp8_keeps_weight_copies():
 
 
 def test_routing_imbalance_raises_the_reported_peak():
-    from megatron_estimator.model.stage import estimate as run
+    from megatron_estimator.results.estimate import build_estimate as run
     from megatron_estimator.model.overhead import Overheads
     from conftest import resolve
 

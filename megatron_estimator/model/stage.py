@@ -14,12 +14,11 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
-from megatron_estimator.results.estimate import Assumed, DeviceOverhead, Estimate, MemoryBytes, StageEstimate
+from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
@@ -378,28 +377,6 @@ def _tp_split(config: EstimatorConfig, name: str) -> bool:
     if module in ("linear_proj", "linear_fc2") and kind == "bias":
         return False
     return True
-
-
-def estimate(config: EstimatorConfig, *, budget: int | None = None, budget_source: str | None = None,
-             overheads: Overheads = Overheads(), environ: Mapping[str, str] | None = None) -> Estimate:
-    import os
-
-    environ = os.environ if environ is None else environ
-    stages = pipeline_stages(config)
-    stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
-    results = tuple(estimate_stage(config, stage, overheads, environ, budget, tensors)
-                    for stage, tensors in zip(stages, stage_tensors))
-    return Estimate(
-        world_size=config.parallel.world_size,
-        world_size_source=config.world_size_source,
-        parallelism=MappingProxyType(config.parallel.as_dict()),
-        stages=results,
-        assumed=assumptions(config, overheads, environ, results),
-        budget_bytes=budget,
-        budget_source=budget_source,
-        model_summary=model_summary(config),
-        total_parameters=total_parameters(config, stages, stage_tensors),
-    )
 
 
 def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:

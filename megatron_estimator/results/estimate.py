@@ -10,16 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
+# The memory model's records of bytes (model/records.py), part of the results' contract.
+from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, StageEstimate
 
-
-@dataclass(frozen=True)
-class Assumed:
-    """Something the estimate took as given, as facts: ``code`` names what it is, ``value``
-    is its figure (in bytes, a fraction, a name), ``facts`` the names and numbers behind it.
-    The memory model writes these; report/assumptions.py says each as a sentence."""
-    code: str
-    value: int | float | str | bool | None = None
-    facts: Mapping[str, Any] = field(default_factory=dict)
+__all__ = ["Assumed", "Assumption", "DeviceOverhead", "MemoryBytes", "StageEstimate", "Estimate", "Verdict",
+           "build_estimate"]
 
 
 @dataclass(frozen=True)
@@ -32,98 +27,6 @@ class Assumption:
 
     def to_json(self) -> dict:
         return {"key": self.key, "text": self.text, "value": self.value}
-
-
-@dataclass(frozen=True)
-class MemoryBytes:
-    weights: int
-    gradients: int
-    optimizer_states: int
-    activations: int
-    other: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer_states + self.activations + self.other
-
-    def to_json(self) -> dict:
-        return {
-            "weights": self.weights, "gradients": self.gradients,
-            "optimizer_states": self.optimizer_states, "activations": self.activations,
-            "other": self.other,
-        }
-
-
-@dataclass(frozen=True)
-class DeviceOverhead:
-    """Memory the job uses that ``torch.cuda.max_memory_allocated`` does not see."""
-    cuda_context: int
-    communication_buffers: int
-    fragmentation: int
-
-    @property
-    def total(self) -> int:
-        return self.cuda_context + self.communication_buffers + self.fragmentation
-
-    def to_json(self) -> dict:
-        return {"cuda_context": self.cuda_context, "communication_buffers": self.communication_buffers,
-                "fragmentation": self.fragmentation}
-
-
-@dataclass(frozen=True)
-class StageEstimate:
-    pipeline_rank: int
-    layer_indices: tuple[int, ...]
-    parameters: int
-    bytes: MemoryBytes
-    device_overhead: DeviceOverhead
-    microbatches_in_flight: tuple[int, ...]     # per virtual stage (model chunk)
-    peak_moment: str
-    details: tuple[tuple[str, int], ...] = ()   # named byte counts behind the totals
-    budget_bytes: int | None = None
-    imbalanced_peak_bytes: int | None = None    # device peak under the configured MoE routing imbalance
-
-    @property
-    def layers(self) -> int:
-        return len(self.layer_indices)
-
-    @property
-    def allocated_peak_bytes(self) -> int:
-        return self.bytes.total
-
-    @property
-    def device_peak_bytes(self) -> int:
-        return self.bytes.total + self.device_overhead.total
-
-    @property
-    def fits(self) -> bool | None:
-        if self.budget_bytes is None:
-            return None
-        return self.device_peak_bytes <= self.budget_bytes
-
-    @property
-    def headroom_bytes(self) -> int | None:
-        if self.budget_bytes is None:
-            return None
-        return self.budget_bytes - self.device_peak_bytes
-
-    def to_json(self) -> dict:
-        return {
-            "pipeline_rank": self.pipeline_rank,
-            "layers": self.layers,
-            "layer_indices": list(self.layer_indices),
-            "parameters": self.parameters,
-            "bytes": self.bytes.to_json(),
-            "device_overhead_bytes": self.device_overhead.to_json(),
-            "allocated_peak_bytes": self.allocated_peak_bytes,
-            "device_peak_bytes": self.device_peak_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "fits": self.fits,
-            "microbatches_in_flight": list(self.microbatches_in_flight),
-            "peak_moment": self.peak_moment,
-            "imbalanced_device_peak_bytes": self.imbalanced_peak_bytes,
-            "details": dict(self.details),
-        }
 
 
 @dataclass(frozen=True)
@@ -172,3 +75,35 @@ class Verdict:
     @property
     def exit_code(self) -> int:
         return {"fits": 0, "over_budget": 1, "invalid": 2}[self.status]
+
+
+def build_estimate(config, *, budget: int | None = None, budget_source: str | None = None,
+                   overheads=None, environ: Mapping[str, str] | None = None) -> Estimate:
+    """The whole estimate of a validated configuration (``config.typed.EstimatorConfig``):
+    every pipeline stage through the one stage function (``model.stage.estimate_stage``), the
+    facts assumed, the model summary and the parameter count, against ``budget``."""
+    import os
+    from types import MappingProxyType
+
+    from megatron_estimator.model.layout import pipeline_stages
+    from megatron_estimator.model.overhead import Overheads
+    from megatron_estimator.model.parameters import chunk_tensors
+    from megatron_estimator.model.stage import assumptions, estimate_stage, model_summary, total_parameters
+
+    overheads = Overheads() if overheads is None else overheads
+    environ = os.environ if environ is None else environ
+    stages = pipeline_stages(config)
+    stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+    results = tuple(estimate_stage(config, stage, overheads, environ, budget, tensors)
+                    for stage, tensors in zip(stages, stage_tensors))
+    return Estimate(
+        world_size=config.parallel.world_size,
+        world_size_source=config.world_size_source,
+        parallelism=MappingProxyType(config.parallel.as_dict()),
+        stages=results,
+        assumed=assumptions(config, overheads, environ, results),
+        budget_bytes=budget,
+        budget_source=budget_source,
+        model_summary=model_summary(config),
+        total_parameters=total_parameters(config, stages, stage_tensors),
+    )

@@ -1,0 +1,111 @@
+"""The memory model's records: bytes per stage, the overhead outside the allocator, and the
+facts an estimate assumed.  Frozen, integer bytes; ``results/estimate.py`` gathers them into an
+``Estimate`` and ``report/`` renders them (field names are the JSON contract's,
+``schemas/report.schema.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """Something the estimate took as given, as facts: ``code`` names what it is, ``value``
+    is its figure (in bytes, a fraction, a name), ``facts`` the names and numbers behind it.
+    The memory model writes these; report/assumptions.py says each as a sentence."""
+    code: str
+    value: int | float | str | bool | None = None
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    weights: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer_states + self.activations + self.other
+
+    def to_json(self) -> dict:
+        return {
+            "weights": self.weights, "gradients": self.gradients,
+            "optimizer_states": self.optimizer_states, "activations": self.activations,
+            "other": self.other,
+        }
+
+
+@dataclass(frozen=True)
+class DeviceOverhead:
+    """Memory the job uses that ``torch.cuda.max_memory_allocated`` does not see."""
+    cuda_context: int
+    communication_buffers: int
+    fragmentation: int
+
+    @property
+    def total(self) -> int:
+        return self.cuda_context + self.communication_buffers + self.fragmentation
+
+    def to_json(self) -> dict:
+        return {"cuda_context": self.cuda_context, "communication_buffers": self.communication_buffers,
+                "fragmentation": self.fragmentation}
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    pipeline_rank: int
+    layer_indices: tuple[int, ...]
+    parameters: int
+    bytes: MemoryBytes
+    device_overhead: DeviceOverhead
+    microbatches_in_flight: tuple[int, ...]     # per virtual stage (model chunk)
+    peak_moment: str
+    details: tuple[tuple[str, int], ...] = ()   # named byte counts behind the totals
+    budget_bytes: int | None = None
+    imbalanced_peak_bytes: int | None = None    # device peak under the configured MoE routing imbalance
+
+    @property
+    def layers(self) -> int:
+        return len(self.layer_indices)
+
+    @property
+    def allocated_peak_bytes(self) -> int:
+        return self.bytes.total
+
+    @property
+    def device_peak_bytes(self) -> int:
+        return self.bytes.total + self.device_overhead.total
+
+    @property
+    def fits(self) -> bool | None:
+        if self.budget_bytes is None:
+            return None
+        return self.device_peak_bytes <= self.budget_bytes
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        if self.budget_bytes is None:
+            return None
+        return self.budget_bytes - self.device_peak_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "pipeline_rank": self.pipeline_rank,
+            "layers": self.layers,
+            "layer_indices": list(self.layer_indices),
+            "parameters": self.parameters,
+            "bytes": self.bytes.to_json(),
+            "device_overhead_bytes": self.device_overhead.to_json(),
+            "allocated_peak_bytes": self.allocated_peak_bytes,
+            "device_peak_bytes": self.device_peak_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "fits": self.fits,
+            "microbatches_in_flight": list(self.microbatches_in_flight),
+            "peak_moment": self.peak_moment,
+            "imbalanced_device_peak_bytes": self.imbalanced_peak_bytes,
+            "details": dict(self.details),
+        }
