@@ -417,7 +417,6 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     every problem of the input; a plan where nothing fits has ``fitting == 0``."""
     import time
 
-    from megatron_estimator.core.units import parse_bytes
     from megatron_estimator.megatron.gpus import lookup_gpu
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.planner.search import search
@@ -436,22 +435,17 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
             gpu_spec = lookup_gpu(gpu)
         except InvalidInput as err:
             problems += err.problems
-    budget_bytes = None
+    budget_size = None
     if budget is not None:
-        if isinstance(budget, int) and not isinstance(budget, bool):
-            budget_bytes, budget_source = budget, budget_source or f"{budget} bytes"
-        else:
-            try:
-                budget_bytes = parse_bytes(str(budget), location="budget")
-                budget_source = budget_source or f"budget {budget}"
-            except InvalidInput as err:
-                problems += err.problems
+        try:
+            budget_size = budget_bytes(budget)
+            budget_source = budget_source or (f"{budget} bytes" if isinstance(budget, int) else f"budget {budget}")
+        except InvalidInput as err:
+            problems += err.problems
     elif gpu_spec is not None:
-        budget_bytes, budget_source = gpu_spec.total_memory_bytes, budget_source or f"{gpu_spec.name} capacity"
+        budget_size, budget_source = gpu_spec.total_memory_bytes, budget_source or f"{gpu_spec.name} capacity"
     elif gpu is None:
         problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
-    if budget_bytes is not None and budget_bytes <= 0:
-        problems.append(Problem("out-of-range", "--budget", f"budget {budget_bytes} bytes must be positive"))
     inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
                                      environ=environ)
     problems += input_problems
@@ -467,9 +461,9 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
 
     def verifier(raw: RawArgs) -> Verdict:
         return evaluate(replace(inp, raw=raw), world_size=world_size, world_size_source="--world-size",
-                        budget=budget_bytes, budget_source=budget_source, overheads=overheads, environ=env)
+                        budget=budget_size, budget_source=budget_source, overheads=overheads, environ=env)
 
-    return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_bytes,
+    return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_size,
                   budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),
                   proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.launch.command import LaunchCommand, resolve_world_size, unknown_world_size_problem
+from megatron_estimator.inputs.launch.command import LaunchCommand, unknown_world_size_problem
 from megatron_estimator.inputs.launch.walk import parse_launch_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -416,16 +416,30 @@ def test_env_origins_name_where_a_variable_was_set():
     assert named.world_size_source == "srun with SLURM_NTASKS=16 from #SBATCH --ntasks=16 (job.sh:2)"
 
 
-def test_resolve_world_size_precedence():
-    command = ok("torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py")
-    assert resolve_world_size(command) == (16, "torchrun --nproc-per-node 8 x --nnodes 2")
-    assert resolve_world_size(command, 16) == (16, "--world-size 16 given to the estimator")
-    assert resolve_world_size(command, 32) == (
+def test_world_size_precedence_for_a_launch():
+    # api.world_size_for is where every front resolves the world size: --world-size over
+    # the launcher's nproc-per-node x nnodes (8 x 2 = 16), naming what the launch says.
+    from megatron_estimator.api import input_from_launch, world_size_for
+
+    inp, _, _ = input_from_launch("torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py".split(), environ={})
+    assert world_size_for(inp) == (16, "torchrun --nproc-per-node 8 x --nnodes 2", ())
+    given = "--world-size {} given to the estimator"
+    assert world_size_for(inp, 16, given.format(16), say_launch=True) == (16, given.format(16), ())
+    assert world_size_for(inp, 32, given.format(32), say_launch=True) == (
         32, "--world-size 32 given to the estimator (the launch command itself says 16: "
-            "torchrun --nproc-per-node 8 x --nnodes 2)")
-    unknown = ok("mpirun python pretrain_gpt.py")
-    assert resolve_world_size(unknown, 4) == (4, "--world-size 4 given to the estimator")
-    assert resolve_world_size(unknown)[0] is None
+            "torchrun --nproc-per-node 8 x --nnodes 2)", ())
+    unknown, _, _ = input_from_launch("mpirun python pretrain_gpt.py".split(), environ={})
+    assert world_size_for(unknown, 4, given.format(4), say_launch=True) == (4, given.format(4), ())
+    assert world_size_for(unknown)[0] is None
+
+
+def test_world_size_from_the_environment_comes_after_the_given_one():
+    from megatron_estimator.api import world_size_for
+
+    assert world_size_for(None, environ={"WORLD_SIZE": "24"}) == (24, "WORLD_SIZE=24 in the environment", ())
+    assert world_size_for(None, 8, environ={"WORLD_SIZE": "24"}) == (8, "--world-size", ())
+    [problem] = world_size_for(None, environ={"WORLD_SIZE": "two"})[2]
+    assert (problem.code, problem.location) == ("invalid-world-size", "WORLD_SIZE")
 
 
 def test_default_environment_is_the_process_environment(monkeypatch):

@@ -1,6 +1,6 @@
 """Launch commands: from a command line or a launch script to the training script and its flags.
 
-- ``command``: ``LaunchCommand`` (a launch taken apart), ``resolve_world_size``.
+- ``command``: ``LaunchCommand`` (a launch taken apart).
 - ``walk``: ``parse_launch_command``, walking wrappers and launchers to the training script;
   ``programs`` holds how each program spells its options, ``launchers`` the world size of
   torchrun, srun and mpirun.

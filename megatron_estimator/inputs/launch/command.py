@@ -33,7 +33,7 @@ The world size is read from the launcher that starts the Megatron processes:
 Environment variables a wrapper sets (``env VAR=x``, ``mpirun -x VAR=x``, ``srun
 --export=VAR=x``, ``VAR=x cmd`` inside ``sh -c``) count as environment for the launch and are
 returned in ``LaunchCommand.environment``.  The caller's explicit ``--world-size`` wins over
-all of this: ``resolve_world_size(command, override)``.
+all of this (``api.world_size_for``, where every front resolves the world size).
 
 ``execute.exec_launch(command)`` replaces the current process with the untouched command.
 """
@@ -101,19 +101,6 @@ CommandStringSplitter = Callable[
     [str, Mapping[str, str], Sequence[str], "str | None"],
     "tuple[tuple[SplitCommand, ...], tuple[Problem, ...]]",
 ]
-
-
-def resolve_world_size(command: LaunchCommand, override: int | None = None) -> tuple[int | None, str]:
-    """The world size to use and a sentence saying where it came from.
-
-    ``override`` (the caller's ``--world-size``) wins over everything the command says.
-    """
-    if override is not None:
-        sentence = f"--world-size {override} given to the estimator"
-        if command.world_size is not None and command.world_size != override:
-            sentence += f" (the launch command itself says {command.world_size}: {command.world_size_source})"
-        return override, sentence
-    return command.world_size, command.world_size_source
 
 
 def unknown_world_size_problem(command: LaunchCommand) -> Problem:
