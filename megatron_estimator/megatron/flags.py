@@ -113,6 +113,7 @@ class FlagTable:
                     self._by_option[alias] = index
             self._by_dest.setdefault(row[2], []).append(index)
         self._defaults: dict[str, Any] | None = None
+        self._namespace: tuple[dict[str, Any], tuple[str, ...]] | None = None
 
     @classmethod
     def from_text(cls, text: str) -> "FlagTable":
@@ -193,10 +194,18 @@ class FlagTable:
         return _copy(self._all_defaults()[dest])
 
     def defaults(self) -> dict[str, Any]:
-        """Every always-registered dest -> its default: Megatron's namespace before parsing."""
-        everything = self._all_defaults()
-        return {dest: _copy(everything[dest]) for dest, indexes in self._by_dest.items()
-                if not self._rows[indexes[0]][9]}
+        """Every always-registered dest -> its default: Megatron's namespace before parsing.
+        A new dict each call, its list defaults fresh copies (the table itself is read once)."""
+        if self._namespace is None:
+            everything = self._all_defaults()
+            plain = {dest: everything[dest] for dest, indexes in self._by_dest.items()
+                     if not self._rows[indexes[0]][9]}
+            self._namespace = plain, tuple(d for d, v in plain.items() if isinstance(v, list))
+        plain, lists = self._namespace
+        namespace = dict(plain)
+        for dest in lists:
+            namespace[dest] = list(plain[dest])
+        return namespace
 
 
 def _typed_choices(text: str, type_name: str) -> tuple:
