@@ -7,7 +7,7 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 
@@ -149,6 +149,8 @@ class Verdict:
     estimate: Estimate | None = None
     problems: tuple[Problem, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # results.suggestion.Suggestions on a refusal, when the caller asked for them (api.evaluate)
+    suggestions: Any = field(default=None, compare=False)
 
     @property
     def status(self) -> str:
