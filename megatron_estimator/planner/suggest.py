@@ -14,8 +14,9 @@ differ from the input's.
 
 Order ("nearest first"): fewer changed setting groups (``GROUPS``: each parallel size, the
 pipeline split, the micro batch size, sequence parallelism, the distributed optimizer,
-recompute), then fewer flags to add, change or remove, then the lower proxy step time, then
-the lower device peak.  Each group combination is shown once, with its best layout, and a
+recompute), then fewer flags to add, change or remove (``--global-batch-size``, which only
+keeps the input's global batch where data parallelism changes, is not counted), then the lower
+proxy step time, then the lower device peak.  Each group combination is shown once, with its best layout, and a
 combination that contains one already shown is left out (it changes more for nothing).
 Every suggestion is re-estimated through the normal path (``verify``: ``api.evaluate`` on the
 changed settings) and shown only when every stage fits there, with the normal path's figures.
@@ -207,10 +208,11 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
             continue
         found = candidate(run, fit)
         verdict = verify(candidate_raw(inp.raw, found))
+        flags = _without_implied_global_batch(inp.raw, found)
         if verdict.estimate is None or verdict.estimate.fits is not True:
             continue
         peak = verdict.estimate.peak_stage
-        shown.append(Suggestion(changes=kind, flags=found.flags, remove_flags=found.remove_flags,
+        shown.append(Suggestion(changes=kind, flags=flags, remove_flags=found.remove_flags,
                                 peak_stage=peak.pipeline_rank, device_peak_bytes=peak.device_peak_bytes,
                                 allocated_peak_bytes=peak.allocated_peak_bytes, headroom_bytes=peak.headroom_bytes,
                                 cost=found.proxy, estimate=verdict.estimate))
@@ -223,5 +225,19 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
 
 
 def _changed_flags(tokens: tuple[str, ...]) -> list[str]:
-    """The flag names among flag tokens (their values left out)."""
-    return [t for t in tokens if t.startswith("--")]
+    """The flag names among flag tokens (their values left out), but ``--global-batch-size``:
+    it only keeps the input's global batch where the data parallel size changes."""
+    return [t for t in tokens if t.startswith("--") and t != "--global-batch-size"]
+
+
+def _without_implied_global_batch(raw: RawArgs, found) -> tuple[str, ...]:
+    """The candidate's flags without ``--global-batch-size`` where the input does not give it and
+    Megatron's default (micro batch x data parallel, megatron/training/arguments.py) is the
+    same global batch with the change."""
+    flags = list(found.flags)
+    if raw.given("global_batch_size") or "--global-batch-size" not in flags:
+        return tuple(flags)
+    at = flags.index("--global-batch-size")
+    if found.micro_batch_size * found.parallel.dp == int(flags[at + 1]):
+        del flags[at:at + 2]
+    return tuple(flags)
