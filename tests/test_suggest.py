@@ -97,6 +97,29 @@ def test_full_recompute_with_the_fewest_layers_that_suffice():
     assert only.cost.recompute > 0
 
 
+# s x h = 4096 x 256 = 1,048,576 elements: each [s, b, h] tensor reaches Megatron's default
+# --min-offloaded-tensor-size (1024 x 1024), so fine-grained offloading moves it to the host.
+# (ACTIVATIONS_BOUND's 2048 x 64 tensors stay: offloading cannot help there.)
+OFFLOADABLE = ("--num-layers 2 --hidden-size 256 --num-attention-heads 1 --seq-length 4096 "
+               "--max-position-embeddings 4096 --micro-batch-size 1 --vocab-size 1024 --bf16")
+OFFLOAD = "--fine-grained-activation-offloading --offload-modules attn_norm qkv_linear core_attn attn_proj mlp_norm"
+FULL_UNIFORM = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+
+
+def test_activation_offloading_is_a_change_and_fewer_flags_come_first():
+    def peak(extra: str) -> int:
+        return api.estimate(flags(OFFLOADABLE, extra), world_size=1).peak_stage.device_peak_bytes
+
+    budget = peak(OFFLOAD)
+    assert peak("") > budget and peak(FULL_BLOCK.format(n=1)) > budget and peak(FULL_UNIFORM) < budget
+    shown = _refusal(OFFLOADABLE, 1, budget).suggestions.suggestions
+    # Both change one group; offloading takes two flags, full recompute three.
+    assert [(s.changes, s.flags) for s in shown] == [
+        (("activation offloading",), tuple(flags(OFFLOAD))), (("recompute",), tuple(flags(FULL_UNIFORM)))]
+    assert [s.device_peak_bytes for s in shown] == [budget, peak(FULL_UNIFORM)]
+    assert shown[0].cost.recompute == 0 < shown[1].cost.recompute
+
+
 def test_suggestions_are_nearest_first_and_each_fits_on_the_normal_path():
     budget = api.estimate(flags(TINY_GPT), world_size=4).peak_stage.device_peak_bytes - MiB
     verdict = _refusal(TINY_GPT, 4, budget)

@@ -10,7 +10,10 @@ and the tp / cp / pp / ep / etp sizes of the same world.  ``SuggestionSearch`` i
 planner's own search (``planner.search._Search``: validity by ``config/rules``, memory by
 ``model/stage.py``'s stage parts, the throughput proxy of ``planner.cost``) over the
 neighbourhood of the input's layout: at most ``MAX_PARALLEL_CHANGES`` of the parallel sizes
-differ from the input's.
+differ from the input's.  Fine-grained activation offloading of every module the estimator
+models (``DENSE_OFFLOAD_MODULES``, ``MOE_OFFLOAD_MODULES``) is one more change where the input
+does not offload: a second search of the input with it, on the input's own parallel sizes.
+Its host transfers are not in the proxy (planner/cost.py counts no PCIe traffic).
 
 Order ("nearest first"): fewer changed setting groups (``GROUPS``: each parallel size, the
 pipeline split, the micro batch size, sequence parallelism, the distributed optimizer,
@@ -43,6 +46,7 @@ MAX_PARALLEL_CHANGES = 2     # of tp, cp, pp, ep, etp
 # The setting groups a suggestion changes, in the order they are named.
 GROUPS = ("recompute", "micro batch size", "sequence parallel", "distributed optimizer", "pipeline split",
           "tensor parallel", "pipeline parallel", "context parallel", "expert parallel", "expert tensor parallel")
+OFFLOADING = "activation offloading"
 
 
 @dataclass(frozen=True)
@@ -104,23 +108,24 @@ class SuggestionSearch(_Search):
     """The planner's search over the neighbourhood of one refused launch."""
 
     def __init__(self, inp, current: _Current, world: int, budget: int, budget_source: str, overheads, environ,
-                 space: SearchSpace, proxy: ProxyAssumptions):
+                 space: SearchSpace, proxy: ProxyAssumptions, max_parallel_changes: int = MAX_PARALLEL_CHANGES):
         super().__init__(inp, world, current.global_batch_size, budget, budget_source, overheads, environ,
                          space, proxy)
         self.current = current
+        self.max_parallel_changes = max_parallel_changes
         self._family_changes = 0
 
     def families(self) -> Iterator[tuple]:
         cur = self.current
         for tp, cp, pp, pipeline in super().families():
             changes = (tp != cur.tp) + (cp != cur.cp) + (pp != cur.pp)
-            if changes <= MAX_PARALLEL_CHANGES:
+            if changes <= self.max_parallel_changes:
                 self._family_changes = changes     # read by expert_choices, called next for this family
                 yield tp, cp, pp, pipeline
 
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
         return [(ep, etp) for ep, etp in super().expert_choices(tp)
-                if self._family_changes + self._expert_changes(tp, ep, etp) <= MAX_PARALLEL_CHANGES]
+                if self._family_changes + self._expert_changes(tp, ep, etp) <= self.max_parallel_changes]
 
     def _expert_changes(self, tp: int, ep: int, etp: int) -> int:
         cur = self.current
@@ -169,59 +174,102 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     """Up to ``limit`` changes of the refused launch ``inp`` (a ``TrainingInput``, estimated as
     ``estimate``) that make every stage fit ``estimate.budget_bytes``, nearest first (module
     docstring), each checked with ``verify`` (the normal path)."""
+    from dataclasses import replace
+
     from megatron_estimator.planner.candidates import candidate_flags, candidate_settings
 
     space, proxy = space or SearchSpace(), proxy or ProxyAssumptions()
     current = _current(inp.raw, estimate)
+    # (the search, the flags it adds to every layout, the group those flags change)
+    searches: list[tuple[SuggestionSearch, tuple[str, ...], tuple[str, ...]]] = []
+    offload = _offloading(inp.raw)
     try:
-        run = SuggestionSearch(inp, current, estimate.world_size, estimate.budget_bytes, estimate.budget_source or "",
-                               overheads, environ, space, proxy)
-        collecting = gc.isenabled()
-        gc.disable()          # as planner.search.search: the caches hold no reference cycles
-        try:
-            run.run()
-        finally:
-            if collecting:
-                gc.enable()
+        searches.append((_run(inp, current, estimate, overheads, environ, space, proxy, MAX_PARALLEL_CHANGES), (), ()))
+        if offload is not None:
+            raw, offload_flags = offload
+            searches.append((_run(replace(inp, raw=raw), current, estimate, overheads, environ, space, proxy, 0),
+                             offload_flags, (OFFLOADING,)))
     except InvalidInput as err:
-        return Suggestions((), note="no change to suggest: " + "; ".join(p.message for p in err.problems[:3]))
+        if not searches:
+            return Suggestions((), note="no change to suggest: " + "; ".join(p.message for p in err.problems[:3]))
 
-    best: dict[tuple[str, ...], _Fit] = {}
-    for fit in run.fits:
-        kind = run.changes(fit)
-        if not kind:
-            continue
-        held = best.get(kind)
-        if held is None or (fit.step, fit.device) < (held.step, held.device):
-            best[kind] = fit
+    best: dict[tuple[str, ...], tuple] = {}
+    for run, extra_flags, extra_kind in searches:
+        for fit in run.fits:
+            kind = extra_kind + run.changes(fit)
+            if not kind:
+                continue
+            held = best.get(kind)
+            if held is None or (fit.step, fit.device) < (held[1].step, held[1].device):
+                best[kind] = (run, fit, extra_flags)
     ranked = []
-    for kind, fit in best.items():
-        flags, remove = candidate_flags(inp.raw, candidate_settings(run, fit))
-        ranked.append((len(kind), len(_changed_flags(flags)) + len(remove), fit.step, fit.device, kind, fit))
-    ranked.sort(key=lambda r: r[:4] + (r[4],))
+    for kind, (run, fit, extra_flags) in best.items():
+        flags, remove = candidate_flags(run.inp.raw, candidate_settings(run, fit))
+        count = len(_changed_flags(flags)) + len(remove) + len(_changed_flags(extra_flags))
+        ranked.append((len(kind), count, fit.step, fit.device, kind, run, fit, extra_flags))
+    ranked.sort(key=lambda r: r[:5])
 
     shown: list[Suggestion] = []
-    for _, _, _, _, kind, fit in ranked:
+    for _, _, _, _, kind, run, fit, extra_flags in ranked:
         if len(shown) == limit:
             break
         if any(set(s.changes) < set(kind) for s in shown):
             continue
         found = candidate(run, fit)
-        verdict = verify(candidate_raw(inp.raw, found))
-        flags = _without_implied_global_batch(inp.raw, found)
+        verdict = verify(candidate_raw(run.inp.raw, found))
         if verdict.estimate is None or verdict.estimate.fits is not True:
             continue
         peak = verdict.estimate.peak_stage
-        shown.append(Suggestion(changes=kind, flags=flags, remove_flags=found.remove_flags,
+        shown.append(Suggestion(changes=kind, flags=_without_implied_global_batch(inp.raw, found) + extra_flags,
+                                remove_flags=found.remove_flags,
                                 peak_stage=peak.pipeline_rank, device_peak_bytes=peak.device_peak_bytes,
                                 allocated_peak_bytes=peak.allocated_peak_bytes, headroom_bytes=peak.headroom_bytes,
                                 cost=found.proxy, estimate=verdict.estimate))
+    searched = sum(run.valid for run, _, _ in searches)
     note = None
     if not shown:
-        note = (f"no change within reach fits: none of the {run.valid} layouts of these {estimate.world_size} GPUs "
+        note = (f"no change within reach fits: none of the {searched} layouts of these {estimate.world_size} GPUs "
                 f"searched (recompute, micro batch size, sequence parallel, distributed optimizer, pipeline split, "
-                f"up to {MAX_PARALLEL_CHANGES} parallel sizes changed) fits the budget")
-    return Suggestions(tuple(shown), searched=run.valid, fitting=len(run.fits), note=note)
+                f"activation offloading, up to {MAX_PARALLEL_CHANGES} parallel sizes changed) fits the budget")
+    return Suggestions(tuple(shown), searched=searched, fitting=sum(len(run.fits) for run, _, _ in searches),
+                       note=note)
+
+
+def _run(inp, current: _Current, estimate: Estimate, overheads, environ, space, proxy,
+         max_parallel_changes: int) -> SuggestionSearch:
+    run = SuggestionSearch(inp, current, estimate.world_size, estimate.budget_bytes, estimate.budget_source or "",
+                           overheads, environ, space, proxy, max_parallel_changes)
+    collecting = gc.isenabled()
+    gc.disable()          # as planner.search.search: the caches hold no reference cycles
+    try:
+        run.run()
+    finally:
+        if collecting:
+            gc.enable()
+    return run
+
+
+# The modules whose saved tensors the estimator models offloading (model/activations.py
+# ``offloaded_bytes``), in a valid --offload-modules list (attn_proj needs core_attn).
+DENSE_OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
+MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act")
+
+
+def _offloading(raw: RawArgs) -> tuple[RawArgs, tuple[str, ...]] | None:
+    """The input with fine-grained activation offloading of every module the estimator models
+    (megatron/core/pipeline_parallel/fine_grained_activation_offload.py), and the flags that
+    select it; None where the input offloads already (or uses --cpu-offloading-num-layers,
+    which Megatron does not combine with it)."""
+    from megatron_estimator.inputs.rawargs import RawSetting
+
+    if raw.value("fine_grained_activation_offloading", False) or raw.value("cpu_offloading_num_layers", 0):
+        return None
+    modules = DENSE_OFFLOAD_MODULES + (MOE_OFFLOAD_MODULES if raw.value("num_experts") else ())
+    settings = dict(raw.settings)
+    settings["fine_grained_activation_offloading"] = RawSetting(
+        "fine_grained_activation_offloading", True, "--fine-grained-activation-offloading")
+    settings["offload_modules"] = RawSetting("offload_modules", list(modules), "--offload-modules")
+    return RawArgs(settings, raw.source), ("--fine-grained-activation-offloading", "--offload-modules", *modules)
 
 
 def _changed_flags(tokens: tuple[str, ...]) -> list[str]:
