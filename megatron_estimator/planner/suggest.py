@@ -119,8 +119,10 @@ class SuggestionSearch(_Search):
         cur = self.current
         for tp, cp, pp, pipeline in super().families():
             changes = (tp != cur.tp) + (cp != cur.cp) + (pp != cur.pp)
-            if changes <= self.max_parallel_changes:
-                self._family_changes = changes     # read by expert_choices, called next for this family
+            if changes > self.max_parallel_changes:
+                continue
+            self._family_changes = changes     # read by expert_choices, called next for this family
+            if self.expert_choices(tp):        # a family with no expert choice left is not searched
                 yield tp, cp, pp, pipeline
 
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
@@ -192,6 +194,10 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     except InvalidInput as err:
         if not searches:
             return Suggestions((), note="no change to suggest: " + "; ".join(p.message for p in err.problems[:3]))
+    except RuntimeError as err:
+        # The planner's own consistency checks (planner/memory.py): a refusal is still reported.
+        if not searches:
+            return Suggestions((), note=f"no change to suggest: the planner cannot search this input ({err})")
 
     best: dict[tuple[str, ...], tuple] = {}
     for run, extra_flags, extra_kind in searches:
