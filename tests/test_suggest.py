@@ -225,3 +225,27 @@ def test_the_fixture_failure_lists_suggestions(pytester, monkeypatch):
     assert "AssertionError: OVER BUDGET" in text
     assert "suggestions (nearest first; each re-estimated, every stage fits):" in text
     assert "1. --use-distributed-optimizer" in text
+
+
+# tp 4 with --expert-tensor-parallel-size 2 (outside the planner's etp choices 1 and tp): some
+# neighbouring families have no expert choice left within two parallel changes.
+MOE_ETP2 = ("--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-experts 4 --moe-router-topk 1 "
+            "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "
+            "--expert-tensor-parallel-size 2 --sequence-parallel --seq-length 256 --max-position-embeddings 256 "
+            "--micro-batch-size 4 --global-batch-size 32 --vocab-size 1000 --bf16 --disable-bias-linear")
+
+
+@pytest.mark.parametrize("text, world, below", [(TINY_GPT, 4, MiB), (MOE_ETP2, 8, 8 * MiB)], ids=["gpt", "moe-etp2"])
+def test_each_suggestion_applied_to_the_command_line_fits(text, world, below):
+    from megatron_estimator.planner.candidates import candidate_argv
+
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    budget = api.estimate(flags(text), world_size=world, environ=env).peak_stage.device_peak_bytes - below
+    inp, _ = api.input_from_flags(flags(text), environ=env)
+    verdict = api.evaluate(inp, world_size=world, budget=budget, environ=env, suggest=True)
+    assert verdict.estimate.fits is False and verdict.suggestions.suggestions
+    for s in verdict.suggestions.suggestions:
+        # The user's edit: the flags it changes or removes taken out, the suggested ones appended.
+        again = api.estimate(candidate_argv(flags(text), s), world_size=world, budget=budget, environ=env)
+        assert again.fits is True
+        assert again.peak_stage.device_peak_bytes == s.device_peak_bytes
