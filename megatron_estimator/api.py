@@ -29,7 +29,7 @@ from megatron_estimator.results.estimate import Assumption, Estimate, StageEstim
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
            "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
            "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
-           "flash_attn_version", "not_a_training_input", "exec_launch"]
+           "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes"]
 
 
 @dataclass(frozen=True)
@@ -195,8 +195,12 @@ def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
 
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
              budget: int | None = None, budget_source: str | None = None, overheads=None,
-             environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = ()) -> Verdict:
-    """Validate and estimate one input; never raises for bad input (the verdict holds the problems)."""
+             environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
+             suggest: bool = False) -> Verdict:
+    """Validate and estimate one input; never raises for bad input (the verdict holds the problems).
+
+    With ``suggest``, a refusal (a stage over the budget) carries ``Verdict.suggestions``: the
+    nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing."""
     from megatron_estimator.results.estimate import build_estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.config.resolve import resolve_config
@@ -231,7 +235,30 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
-    return Verdict(inp.source, estimate=replace(result, assumptions=state_all(result.assumed)))
+    result = replace(result, assumptions=state_all(result.assumed))
+    if suggest and result.fits is False:
+        return Verdict(inp.source, estimate=result,
+                       suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
+    return Verdict(inp.source, estimate=result)
+
+
+def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
+                    environ: Mapping[str, str] | None = None):
+    """The nearest changes of the refused launch ``inp`` (estimated as ``refused``, a stage over
+    its budget) that make every stage fit: a ``results.suggestion.Suggestions`` (planner/suggest.py),
+    each suggestion re-estimated through ``evaluate`` on the same world, budget and overheads."""
+    from megatron_estimator.model.overhead import Overheads
+    from megatron_estimator.planner.suggest import suggest
+
+    overheads = overheads or Overheads()
+    env = _environment(environ, inp.environment)
+
+    def verifier(raw: RawArgs) -> Verdict:
+        return evaluate(replace(inp, raw=raw, notes=()), world_size=refused.world_size,
+                        world_size_source=refused.world_size_source, budget=refused.budget_bytes,
+                        budget_source=refused.budget_source, overheads=overheads, environ=environ)
+
+    return suggest(inp, refused, overheads=overheads, environ=env, verify=verifier)
 
 
 def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False

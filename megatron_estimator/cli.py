@@ -237,7 +237,7 @@ def cmd_estimate(ns, environ) -> int:
     world, world_source, world_problems = world_size_for(inp, ns.world_size, environ=environ)
     problems = tuple(problems) + world_problems
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                       problems=problems, **_estimate_options(settings))
+                       problems=problems, suggest=True, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
     _emit(_render([verdict], settings.format), sys.stdout)
     return verdict.exit_code
@@ -254,7 +254,7 @@ def cmd_run(ns, environ) -> int:
     world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
                                             say_launch=True)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                       problems=problems, **_estimate_options(settings))
+                       problems=problems, suggest=True, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
@@ -297,7 +297,8 @@ def cmd_check(ns, environ) -> int:
                                              world_size_given=ns.world_size is not None)
         world, world_source, _ = world_size_for(inp, ns.world_size)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
-                                 environ=environ, problems=file_problems, **_estimate_options(settings)))
+                                 environ=environ, problems=file_problems, suggest=True,
+                                 **_estimate_options(settings)))
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
         _emit(_render(verdicts, fmt), sys.stdout)
     return max((v.exit_code for v in verdicts), default=EXIT_FITS)

@@ -243,8 +243,9 @@ class MegatronMemory:
         return resolved
 
     def verdict(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
-                environ: Mapping[str, str] | None = None):
-        """The ``megatron_estimator.results.estimate.Verdict`` for ``config``; never fails the test."""
+                environ: Mapping[str, str] | None = None, suggest: bool = False):
+        """The ``megatron_estimator.results.estimate.Verdict`` for ``config``; never fails the test.
+        With ``suggest``, a refusal carries the nearest changes that fit (``Verdict.suggestions``)."""
         from megatron_estimator.api import evaluate, load_input, overheads_from_settings
 
         resolved, settings, problems = self._resolve(budget, environ)
@@ -260,7 +261,8 @@ class MegatronMemory:
         verdict = evaluate(inp, world_size=world_size,
                            world_size_source="world_size argument" if world_size is not None else None,
                            budget=resolved.bytes, budget_source=resolved.source,
-                           overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems)
+                           overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems,
+                           suggest=suggest)
         return verdict
 
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
@@ -278,7 +280,7 @@ class MegatronMemory:
         __tracebackhide__ = True
         from megatron_estimator.report.text import gib, render_text
 
-        verdict = self.verdict(config, world_size, budget, environ=environ)
+        verdict = self.verdict(config, world_size, budget, environ=environ, suggest=True)
         estimate = verdict.estimate
         if estimate is None:
             raise AssertionError(_invalid_text(verdict))

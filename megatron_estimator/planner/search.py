@@ -128,6 +128,16 @@ class _Search:
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
         return expert_choices(self.namespace, self.world, tp)
 
+    def batch_choices(self) -> list[tuple[bool, int]]:
+        """(distributed optimizer, micro batch size) pairs, in loop order."""
+        return batch_choices(self.space)
+
+    def recompute_choices(self, family: LayoutFamily) -> list[Recompute]:
+        return recompute_choices(family.max_chunk_layers, self.space.block_recompute_fractions)
+
+    def sequence_parallel_choices(self, tp: int) -> tuple[bool, ...]:
+        return sequence_parallel_choices(tp)
+
     # -- the loop ------------------------------------------------------------------------------
 
     def _reject(self, code: str, count: int) -> None:
@@ -135,7 +145,7 @@ class _Search:
         self.rejections[code] = self.rejections.get(code, 0) + count
 
     def run(self) -> None:
-        all_batches = batch_choices(self.space)
+        all_batches = self.batch_choices()
         for tp, cp, pp, pipeline in self.families():
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
@@ -143,8 +153,8 @@ class _Search:
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)
-            recomputes = recompute_choices(family.max_chunk_layers, self.space.block_recompute_fractions)
-            sps = sequence_parallel_choices(tp)
+            recomputes = self.recompute_choices(family)
+            sps = self.sequence_parallel_choices(tp)
             verdicts = family_verdicts(self.rules, self.raw, self.env, self.run_context, namespaces, experts, recomputes, sps,
                                        self.ignored_codes)
             if verdicts.failed is not None:

@@ -108,7 +108,36 @@ def _text_block(verdict: Verdict) -> str:
         lines.append(f"  verdict: OVER BUDGET on {len(over)} of {len(e.stages)} stage(s): stage "
                      f"{peak.pipeline_rank} needs {gib(peak.device_peak_bytes)} GiB of {gib(e.budget_bytes)} GiB "
                      f"({gib(-peak.headroom_bytes)} GiB over)")
+    lines += _suggestion_lines(verdict.suggestions)
     return "\n".join(lines)
+
+
+def _cost_text(cost) -> str:
+    """The planner's throughput proxy of a suggestion (planner/cost.py), as fractions of compute."""
+    return (f"proxy step {cost.step:.3f} (bubble {cost.bubble:.3f}, recompute {cost.recompute:.3f}, "
+            f"communication tp {cost.tp_comm:.3f} cp {cost.cp_comm:.3f} ep {cost.ep_comm:.3f} dp {cost.dp_comm:.3f})")
+
+
+def _suggestion_flags(s) -> str:
+    import shlex
+
+    parts = [" ".join(shlex.quote(t) for t in s.flags)] if s.flags else []
+    if s.remove_flags:
+        parts.append("remove " + " ".join(s.remove_flags))
+    return "; ".join(parts)
+
+
+def _suggestion_lines(suggestions) -> list[str]:
+    if suggestions is None:
+        return []
+    if not suggestions.suggestions:
+        return [f"  suggestions: {suggestions.note}"]
+    lines = ["  suggestions (nearest first; each re-estimated, every stage fits):"]
+    for i, s in enumerate(suggestions.suggestions, 1):
+        lines.append(f"  {i}. {_suggestion_flags(s)}")
+        lines.append(f"     changes {', '.join(s.changes)}: peak {gib(s.device_peak_bytes)} GiB on stage "
+                     f"{s.peak_stage}, {gib(s.headroom_bytes)} GiB headroom; {_cost_text(s.cost)}")
+    return lines
 
 
 def verdict_to_json(verdict: Verdict) -> dict:
@@ -126,6 +155,11 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "problems": [p.to_json() for p in verdict.problems],
         "assumptions": [a.to_json() for a in e.assumptions] if e else [],
     }
+    found = verdict.suggestions
+    if found is not None:            # a refusal the caller asked suggestions for
+        doc["suggestions"] = [s.to_json() for s in found.suggestions]
+        if found.note:
+            doc["suggestions_note"] = found.note
     return doc
 
 
@@ -164,7 +198,21 @@ def render_markdown(verdicts: Sequence[Verdict]) -> str:
         for a in e.assumptions:
             out.append(f"- {a.text}")
         out.append("")
+        if v.suggestions is not None:
+            out += _suggestion_markdown(v.suggestions)
     return "\n".join(out) + "\n"
+
+
+def _suggestion_markdown(suggestions) -> list[str]:
+    if not suggestions.suggestions:
+        return [f"Suggestions: {suggestions.note}", ""]
+    out = ["Suggestions (nearest first; each re-estimated, every stage fits):", ""]
+    for i, s in enumerate(suggestions.suggestions, 1):
+        out.append(f"{i}. `{_suggestion_flags(s)}`: changes {', '.join(s.changes)}; peak "
+                   f"{gib(s.device_peak_bytes)} GiB on stage {s.peak_stage}, {gib(s.headroom_bytes)} GiB headroom; "
+                   f"{_cost_text(s.cost)}")
+    out.append("")
+    return out
 
 
 RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown}

@@ -65,6 +65,8 @@ class Verdict:
     estimate: Estimate | None = None
     problems: tuple[Problem, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # results.suggestion.Suggestions on a refusal, when the caller asked for them (api.evaluate)
+    suggestions: Any = field(default=None, compare=False)
 
     @property
     def status(self) -> str:
