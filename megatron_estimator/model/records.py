@@ -109,3 +109,27 @@ class StageEstimate:
             "imbalanced_device_peak_bytes": self.imbalanced_peak_bytes,
             "details": dict(self.details),
         }
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model and the batch an estimate is of, as the report summarises them: counts and
+    names, no sentences (report/text.py writes the summary lines)."""
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    multi_latent_attention: bool
+    padded_vocab_size: int
+    vocab_source: str
+    micro_batch_size: int
+    seq_length: int
+    global_batch_size: int
+    num_microbatches: int
+    params_dtype: str
+    main_grads_dtype: str
+    optimizer: str
+    distributed_optimizer: bool
+    # MoE: (experts, router top-k, expert ffn hidden size, MoE layers); None for a dense model.
+    experts: tuple[int, int, int, int] | None = None

@@ -18,7 +18,7 @@ from typing import Mapping, NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
-from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, StageEstimate
+from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, ModelShape, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
@@ -392,25 +392,20 @@ def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:
                for stage in pipeline_stages(ep_dp))
 
 
-def model_summary(config: EstimatorConfig) -> tuple[tuple[str, str], ...]:
-    m, tr, prec = config.model, config.training, config.precision
-    attention = f"{m.num_attention_heads} heads"
-    if m.mla is not None:
-        attention += ", multi-latent attention"
-    elif m.num_query_groups != m.num_attention_heads:
-        attention += f", {m.num_query_groups} query groups"
-    rows = [
-        ("model", f"{m.num_layers} layers, hidden {m.hidden_size}, ffn {m.ffn_hidden_size}, {attention}"),
-        ("vocabulary", f"{m.padded_vocab_size} ({m.vocab_source})"),
-        ("batch", f"micro {tr.micro_batch_size} x seq {tr.seq_length}, global {tr.global_batch_size} "
-                  f"({tr.num_microbatches} microbatches per step)"),
-        ("precision", f"{prec.params_dtype} params, {prec.main_grads_dtype} grads, {config.optimizer.optimizer}"
-                      + (", distributed optimizer" if config.optimizer.use_distributed_optimizer else "")),
-    ]
+def model_shape(config: EstimatorConfig) -> ModelShape:
+    """The model and batch of ``config``, for the report's summary."""
+    m, tr, prec, opt = config.model, config.training, config.precision, config.optimizer
+    experts = None
     if m.moe is not None:
-        rows.insert(1, ("experts", f"{m.moe.num_experts} experts, top-{m.moe.router_topk}, "
-                                   f"ffn {m.moe.ffn_hidden_size}, {sum(m.moe.layer_pattern)} MoE layers"))
-    return tuple(rows)
+        experts = (m.moe.num_experts, m.moe.router_topk, m.moe.ffn_hidden_size, sum(m.moe.layer_pattern))
+    return ModelShape(
+        num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
+        num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
+        multi_latent_attention=m.mla is not None, padded_vocab_size=m.padded_vocab_size,
+        vocab_source=m.vocab_source, micro_batch_size=tr.micro_batch_size, seq_length=tr.seq_length,
+        global_batch_size=tr.global_batch_size, num_microbatches=tr.num_microbatches,
+        params_dtype=prec.params_dtype, main_grads_dtype=prec.main_grads_dtype, optimizer=opt.optimizer,
+        distributed_optimizer=opt.use_distributed_optimizer, experts=experts)
 
 
 def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[str, str],

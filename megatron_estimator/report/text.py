@@ -67,6 +67,28 @@ def render_text(verdicts: Sequence[Verdict]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def model_lines(m) -> list[tuple[str, str]]:
+    """The summary lines of a ``results.estimate.ModelShape``: model, experts, vocabulary,
+    batch, precision."""
+    attention = f"{m.num_attention_heads} heads"
+    if m.multi_latent_attention:
+        attention += ", multi-latent attention"
+    elif m.num_query_groups != m.num_attention_heads:
+        attention += f", {m.num_query_groups} query groups"
+    rows = [
+        ("model", f"{m.num_layers} layers, hidden {m.hidden_size}, ffn {m.ffn_hidden_size}, {attention}"),
+        ("vocabulary", f"{m.padded_vocab_size} ({m.vocab_source})"),
+        ("batch", f"micro {m.micro_batch_size} x seq {m.seq_length}, global {m.global_batch_size} "
+                  f"({m.num_microbatches} microbatches per step)"),
+        ("precision", f"{m.params_dtype} params, {m.main_grads_dtype} grads, {m.optimizer}"
+                      + (", distributed optimizer" if m.distributed_optimizer else "")),
+    ]
+    if m.experts is not None:
+        experts, topk, ffn, layers = m.experts
+        rows.insert(1, ("experts", f"{experts} experts, top-{topk}, ffn {ffn}, {layers} MoE layers"))
+    return rows
+
+
 def _text_block(verdict: Verdict) -> str:
     lines = [f"{verdict.source}:"]
     if verdict.estimate is None:
@@ -76,8 +98,8 @@ def _text_block(verdict: Verdict) -> str:
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
-    for key, text in e.model_summary:
-        lines.append(f"  {key}: {text}")
+    if e.model is not None:
+        lines += [f"  {key}: {text}" for key, text in model_lines(e.model)]
     lines.append(f"  parameters: {e.total_parameters:,}")
     if e.budget_bytes is not None:
         lines.append(f"  budget: {gib(e.budget_bytes)} GiB per GPU ({e.budget_source})")

@@ -11,9 +11,9 @@ from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 # The memory model's records of bytes (model/records.py), part of the results' contract.
-from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, StageEstimate
+from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, ModelShape, StageEstimate
 
-__all__ = ["Assumed", "Assumption", "DeviceOverhead", "MemoryBytes", "StageEstimate", "Estimate", "Verdict",
+__all__ = ["Assumed", "Assumption", "DeviceOverhead", "MemoryBytes", "ModelShape", "StageEstimate", "Estimate", "Verdict",
            "build_estimate"]
 
 
@@ -38,7 +38,7 @@ class Estimate:
     assumed: tuple[Assumed, ...]               # the facts; report/assumptions.py states them
     budget_bytes: int | None = None
     budget_source: str | None = None
-    model_summary: tuple[tuple[str, str], ...] = ()
+    model: ModelShape | None = None            # the model and batch, for the summary lines
     total_parameters: int = 0
     # ``assumed`` as the report states them: filled in by api.evaluate (report/assumptions.py).
     assumptions: tuple[Assumption, ...] = ()
@@ -90,7 +90,7 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
     from megatron_estimator.model.layout import pipeline_stages
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.model.parameters import chunk_tensors
-    from megatron_estimator.model.stage import assumptions, estimate_stage, model_summary, total_parameters
+    from megatron_estimator.model.stage import assumptions, estimate_stage, model_shape, total_parameters
 
     overheads = Overheads() if overheads is None else overheads
     environ = os.environ if environ is None else environ
@@ -106,6 +106,6 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
         assumed=assumptions(config, overheads, environ, results),
         budget_bytes=budget,
         budget_source=budget_source,
-        model_summary=model_summary(config),
+        model=model_shape(config),
         total_parameters=total_parameters(config, stages, stage_tensors),
     )
