@@ -7,10 +7,13 @@ inside the command that needs them, so ``--version`` and ``run`` start fast.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the --version path
+if TYPE_CHECKING:
+    import argparse
+    from typing import Sequence
 
 from megatron_estimator import __version__
 
@@ -34,11 +37,63 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would exit 2 with usage; keep that, without a traceback
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(EXIT_INVALID)
+def _parser_classes():
+    """The parser and its help formatters, made on first use: ``--version`` imports no argparse.
+
+    The formatters ask the terminal for their width only when help or usage is printed:
+    argparse makes a formatter for every ``add_argument`` (to check the metavar), and
+    ``HelpFormatter.__init__`` imports shutil (with bz2, lzma, fnmatch) to read the width.
+    The width is the one argparse would take (``shutil.get_terminal_size().columns - 2``)."""
+    import argparse
+
+    class LazyWidth:
+        def __init__(self, prog, indent_increment=2, max_help_position=24, width=None, **kwargs):
+            self._lazy_width = (width, max_help_position, indent_increment)
+            self._real_width = None
+            super().__init__(prog, indent_increment, max_help_position, width=1_000_000, **kwargs)
+
+        def _real(self):
+            if self._real_width is None:
+                width, max_help_position, indent_increment = self._lazy_width
+                if width is None:
+                    import shutil
+                    width = shutil.get_terminal_size().columns - 2
+                self._real_width = (width, min(max_help_position, max(width - 20, indent_increment * 2)))
+            return self._real_width
+
+        @property
+        def _width(self):
+            return self._real()[0]
+
+        @_width.setter
+        def _width(self, _value):
+            pass
+
+        @property
+        def _max_help_position(self):
+            return self._real()[1]
+
+        @_max_help_position.setter
+        def _max_help_position(self, _value):
+            pass
+
+    class HelpFormatter(LazyWidth, argparse.HelpFormatter):
+        pass
+
+    class RawDescriptionHelpFormatter(LazyWidth, argparse.RawDescriptionHelpFormatter):
+        pass
+
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("formatter_class", HelpFormatter)
+            super().__init__(*args, **kwargs)
+
+        def error(self, message: str):  # argparse would exit 2 with usage; keep that, without a traceback
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+            raise SystemExit(EXIT_INVALID)
+
+    return Parser, RawDescriptionHelpFormatter
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -75,10 +130,13 @@ def _model_source(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="megatron-estimator", description=DESCRIPTION, epilog=EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    import argparse
+
+    parser_class, raw_description = _parser_classes()
+    parser = parser_class(prog="megatron-estimator", description=DESCRIPTION, epilog=EPILOG,
+                          formatter_class=raw_description, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"megatron-estimator {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
 
     p = sub.add_parser("estimate", help="estimate per-stage memory for Megatron flags",
                        description="Estimate per-stage GPU memory for Megatron flags given after '--'.",
@@ -153,9 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _preset_names() -> tuple[str, ...]:
     """The presets shipped as data/presets/<name>.json (read without importing the HF mapping)."""
-    from megatron_estimator.core.resources import data_path
+    from megatron_estimator.core.resources import data_file
 
-    return tuple(sorted(p.name[:-5] for p in data_path("presets").iterdir() if p.name.endswith(".json")))
+    return tuple(sorted(name[:-5] for name in os.listdir(data_file("presets")) if name.endswith(".json")))
 
 
 def _strip_separator(args: Sequence[str]) -> list[str]:

@@ -11,9 +11,10 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from megatron_estimator.core.hints import PYTHON, describe_value
+from megatron_estimator.core.plain_schema import plainly_valid
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
-from megatron_estimator.core.resources import schema_path
+from megatron_estimator.core.resources import schema_file
 
 REQUIRED_MESSAGES = {
     "seq_length": "the sequence length is required (--seq-length)",
@@ -22,7 +23,7 @@ REQUIRED_MESSAGES = {
 
 @lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
-    with open(schema_path(name), encoding="utf-8") as f:
+    with open(schema_file(name), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -35,50 +36,10 @@ def _validator(name: str):
     return cls(schema)
 
 
-_TYPES = {
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "null": lambda v: v is None,
-}
-
-
 def _plainly_valid(value: Any, schema: Mapping[str, Any]) -> bool:
-    """True only when ``value`` passes every keyword of ``schema`` and every keyword is one this
-    check understands; anything else (a failure, or a keyword it does not know) is left to
-    jsonschema, which then reports the problems.  It spares importing jsonschema (a tenth of a
-    second) on the valid inputs of every launch."""
-    for key, expected in schema.items():
-        if key in ("description", "title", "default"):
-            continue
-        if key == "type":
-            names = expected if isinstance(expected, list) else [expected]
-            if not any(_TYPES[name](value) for name in names if name in _TYPES):
-                return False
-        elif key == "enum":
-            if value not in expected:
-                return False
-        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            if not _TYPES["number"](value):
-                continue  # jsonschema ignores bounds for non-numbers; "type" decides
-            if ((key == "minimum" and value < expected) or (key == "maximum" and value > expected)
-                    or (key == "exclusiveMinimum" and value <= expected)
-                    or (key == "exclusiveMaximum" and value >= expected)):
-                return False
-        elif key == "items":
-            if isinstance(value, list) and not all(_plainly_valid(item, expected) for item in value):
-                return False
-        elif key == "minItems":
-            if isinstance(value, list) and len(value) < expected:
-                return False
-        elif key == "oneOf":
-            if sum(_plainly_valid(value, option) for option in expected) != 1:
-                return False
-        else:
-            return False
-    return True
+    """True only when ``value`` certainly passes ``schema``; otherwise jsonschema decides and
+    reports (core/plain_schema.py).  It spares importing jsonschema on valid inputs."""
+    return plainly_valid(value, schema)
 
 
 def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:

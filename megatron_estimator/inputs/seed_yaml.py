@@ -61,6 +61,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from megatron_estimator.core.plain_schema import plainly_valid
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.core.hints import (
@@ -190,10 +191,13 @@ def load_seed_yaml(path: str | Path) -> SeedLoad:
 # --- schema errors -> problems ---------------------------------------------------------------
 
 def _schema_problems(root: YamlNode, name: str) -> tuple[list[tuple[int, str, Problem]], set[tuple[str, ...]]]:
-    """Every schema error as (line, key path, problem), and the key paths whose values are unusable."""
+    """Every schema error as (line, key path, problem), and the key paths whose values are unusable.
+    A document the quick check finds certainly valid has none, and jsonschema is not imported."""
+    schema = seed_schema()
+    if plainly_valid(root.value, schema):
+        return [], set()
     from jsonschema import Draft202012Validator
 
-    schema = seed_schema()
     validator = Draft202012Validator(schema)
     found: list[tuple[int, str, Problem]] = []
     bad: set[tuple[str, ...]] = set()

@@ -43,7 +43,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from megatron_estimator.core.resources import data_path
+from megatron_estimator.core.resources import read_data_text
 
 EFFECTS_FILE = "flag_effects.tsv"
 CATEGORIES_FILE = "flag_effect_categories.tsv"
@@ -66,7 +66,7 @@ POST_TRAINING_EXPORT, OTHER_MODELS, DEPRECATED = "post-training export", "other 
 def _rows(name: str, columns: tuple[str, ...]) -> Iterable[tuple[int, list[str]]]:
     """(line number, fields) of a data file's rows; ``#`` lines are comments, the first other
     line names the columns.  A malformed file is a bug of the package: ValueError."""
-    lines = data_path(name).read_text(encoding="utf-8").splitlines()
+    lines = read_data_text(name).splitlines()
     body = [(number, line) for number, line in enumerate(lines, 1) if line and not line.startswith("#")]
     if not body or tuple(body[0][1].split("\t")) != columns:
         raise ValueError(f"{name}: the first row must name the columns {', '.join(columns)}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Iterator, Sequence
 
-from megatron_estimator.core.resources import data_path
+from megatron_estimator.core.resources import read_data_text
 
 TABLE_FILE = "megatron_flags.tsv"
 BOOLEAN_OPTIONAL = "argparse.BooleanOptionalAction"
@@ -220,7 +220,7 @@ def _typed_choices(text: str, type_name: str) -> tuple:
 @cache
 def flag_table() -> FlagTable:
     """The table of Megatron's flags, read on first use."""
-    return FlagTable.from_text(data_path(TABLE_FILE).read_text(encoding="utf-8"))
+    return FlagTable.from_text(read_data_text(TABLE_FILE))
 
 
 def dest_for_option(option: str) -> str | None:
