@@ -484,9 +484,30 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         from megatron_estimator.megatron.flag_effects import memory_assumptions
 
         not_modelled = tuple(memory_assumptions(given, {dest: ns.get(dest) for dest in given}))
-    return EstimatorConfig(
+    return interned(EstimatorConfig(
         model=model, parallel=parallel, split=split, training=training, precision=precision,
         optimizer=optimizer, kernels=kernels, offload=offload, checkpoint=checkpoint,
         world_size_source=world_size_source, run=run, notes=tuple(notes), not_modelled=not_modelled,
         given=frozenset(given),
-    )
+    ))
+
+
+# Configurations built before, by value: the memory model memoises per configuration
+# (``functools.lru_cache`` keyed on it), and a lookup with an equal but distinct object
+# compares every nested field, about a hundred times per estimate.  Handing back the object
+# built before for an equal configuration makes each lookup an identity check.  The key holds
+# ``given`` too, the one field equality leaves out.
+_INTERNED: dict[tuple["EstimatorConfig", frozenset], "EstimatorConfig"] = {}
+_INTERNED_MAX = 256
+
+
+def interned(config: "EstimatorConfig") -> "EstimatorConfig":
+    """The configuration built before that equals ``config`` (``given`` included), else ``config``."""
+    key = (config, config.given)
+    found = _INTERNED.get(key)
+    if found is not None:
+        return found
+    if len(_INTERNED) >= _INTERNED_MAX:
+        _INTERNED.clear()
+    _INTERNED[key] = config
+    return config
