@@ -279,8 +279,7 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     budget_source = None
     try:
         if budget is not None:
-            budget, budget_source = budget_bytes(budget), f"{budget} bytes" if isinstance(budget, int) \
-                else f"budget {budget}"
+            budget, budget_source = budget_bytes(budget), _budget_source(budget)
     except InvalidInput as err:
         argument_problems += err.problems
         budget = None
@@ -318,6 +317,11 @@ def budget_bytes(value: Any, location: str = "budget") -> int:
     if size <= 0:
         raise InvalidInput([Problem("invalid-budget", location, f"budget {value!r} must be more than 0 bytes")])
     return size
+
+
+def _budget_source(budget: int | str) -> str:
+    """How a report names a budget given as an argument: ``80 bytes`` or ``budget 80GiB``."""
+    return f"{budget} bytes" if isinstance(budget, int) else f"budget {budget}"
 
 
 def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
@@ -444,7 +448,6 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     every problem of the input; a plan where nothing fits has ``fitting == 0``."""
     import time
 
-    from megatron_estimator.megatron.gpus import lookup_gpu
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.planner.search import search
     from megatron_estimator.results.plan import ProxyAssumptions, SearchSpace
@@ -466,7 +469,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     if budget is not None:
         try:
             budget_size = budget_bytes(budget)
-            budget_source = budget_source or (f"{budget} bytes" if isinstance(budget, int) else f"budget {budget}")
+            budget_source = budget_source or _budget_source(budget)
         except InvalidInput as err:
             problems += err.problems
     elif gpu_spec is not None:

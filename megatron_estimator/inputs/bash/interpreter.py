@@ -283,12 +283,16 @@ class Interpreter(Expansion, Conditions):
             k += 1
         return 0
 
-    def run_for(self, node: For):
+    def in_loop(self, run, node):
+        """``run(node)`` one loop deeper (``break`` / ``continue`` know how many loops enclose them)."""
         self.loop_depth += 1
         try:
-            return self._run_for(node)
+            return run(node)
         finally:
             self.loop_depth -= 1
+
+    def run_for(self, node: For):
+        return self.in_loop(self._run_for, node)
 
     def _run_for(self, node: For):
         if node.words is None:
@@ -316,11 +320,7 @@ class Interpreter(Expansion, Conditions):
         return status
 
     def run_arith_for(self, node: ArithFor):
-        self.loop_depth += 1
-        try:
-            return self._run_arith_for(node)
-        finally:
-            self.loop_depth -= 1
+        return self.in_loop(self._run_arith_for, node)
 
     def _run_arith_for(self, node: ArithFor):
         init = self.arith_word(node.init, node.origin)
@@ -346,11 +346,7 @@ class Interpreter(Expansion, Conditions):
         return self.abstract_loop(node.body, node.origin, "`for ((...))` loop", {})
 
     def run_while(self, node: While):
-        self.loop_depth += 1
-        try:
-            return self._run_while(node)
-        finally:
-            self.loop_depth -= 1
+        return self.in_loop(self._run_while, node)
 
     def _run_while(self, node: While):
         status = 0
