@@ -526,6 +526,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
                                      environ=environ)
     problems += input_problems
+    problems += _family_refusal(inp)
     if problems:
         raise InvalidInput(problems)
     if overheads is None:
@@ -545,6 +546,16 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
                   proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
 
 
+def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:
+    """The ``unsupported-model`` problem of an input whose model family is not modelled: the
+    planner never lays out a non-GPT model as a GPT decoder."""
+    from megatron_estimator.config.family import unsupported_model
+    from megatron_estimator.inputs.entry_script import model_family
+
+    refusal = unsupported_model(model_family(inp.raw, inp.entry))
+    return (refusal,) if refusal is not None else ()
+
+
 def search_space(**bounds):
     """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
     from megatron_estimator.results.plan import SearchSpace
@@ -559,6 +570,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
     from megatron_estimator.planner.search import layouts
 
     inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    problems = tuple(problems) + _family_refusal(inp)
     if problems:
         raise InvalidInput(problems)
     return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,

@@ -103,6 +103,9 @@ def test_the_family_is_in_the_text_report_and_the_typed_config(tmp_path):
     verdict = launch(["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py"] + flags(TINY_GPT), tmp_path)
     text = render_text([verdict])
     assert "  model family: gpt (the entry script pretrain_gpt.py, which builds a GPT decoder)\n" in text
+    from megatron_estimator.report.text import render_markdown
+
+    assert "Model family: gpt (the entry script pretrain_gpt.py, which builds a GPT decoder)." in render_markdown([verdict])
     from megatron_estimator.config.resolve import resolve_config
     from megatron_estimator.inputs.entry_script import model_family
 
@@ -208,6 +211,17 @@ def test_megatron_lms_own_bert_and_t5_examples(name, family):
     doc = json.loads(result.stdout)
     assert doc["model"]["family"] == family
     assert [p["code"] for p in doc["problems"]] == ["unsupported-model"]
+
+
+@pytest.mark.skipif(not MLM_EXAMPLES.is_dir(), reason=f"{MLM_EXAMPLES} (copies of Megatron-LM's examples) absent")
+def test_megatron_lms_own_mamba_example_is_a_hybrid_model():
+    result = cli(["check", "--format", "json", "--script-arg=/ckpt", "--script-arg=/tb", "--script-arg=/tok",
+                  "--script-arg=/data", str(MLM_EXAMPLES / "examples_mamba_train.sh")])
+    doc = json.loads(result.stdout)
+    assert doc["model"]["family"] == "hybrid"
+    assert doc["model"]["entry_script"].endswith("pretrain_hybrid.py") or doc["model"]["entry_script"].endswith(
+        "pretrain_mamba.py")
+    assert "unsupported-model" not in [p["code"] for p in doc["problems"]]
 
 
 @pytest.mark.parametrize("script, text, family, own", [
@@ -410,3 +424,73 @@ def test_the_script_reader_is_imported_only_when_a_custom_script_is_read(custom_
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.stdout.split() == ["False", "True"], result.stderr
+
+
+def test_a_script_read_only_in_part_groups_the_flags_left_unknown(tmp_path):
+    (tmp_path / "train_part.py").write_text(textwrap.dedent('''\
+        from megatron.training import pretrain
+        from megatron_extras.args import add_extra_args
+
+        def add_my_args(parser):
+            parser.add_argument("--image-size", type=int)
+            parser = add_extra_args(parser)
+            return parser
+
+        pretrain(None, None, None, None, extra_args_provider=add_my_args)
+    '''))
+    verdict = launch(["torchrun", "--nproc-per-node", "1", "train_part.py"]
+                     + flags(TINY_GPT, "--image-size 336 --image-sise 2 --extra-thing 1"), tmp_path)
+    assert [(p.code, p.location) for p in verdict.problems] == [("unknown-flag", "--image-sise")]
+    assert verdict.problems[0].message.startswith(
+        "2 flags unknown to Megatron: --image-sise (did you mean --image-size?), --extra-thing; they may belong to "
+        "the entry script train_part.py, which could not be read (only in part: add_my_args hands the parser to "
+        "add_extra_args, whose source was not found); ")
+    # A provider that is not a function the reader can find:
+    (tmp_path / "train_var.py").write_text("provider = make()\npretrain(extra_args_provider=provider)\n")
+    verdict = launch(["torchrun", "--nproc-per-node", "1", "train_var.py"] + flags(TINY_GPT, "--extra-thing 1"),
+                     tmp_path)
+    assert "(only in part: its extra_args_provider provider was not found)" in verdict.problems[0].message
+
+
+def test_megatron_lms_own_scripts_that_add_flags_are_read(tmp_path):
+    """pretrain_vlm.py's add_vlm_extra_args and examples/multimodal/train.py's provider imported from
+    multimodal_args.py beside it, as Megatron-LM writes them (main d98e8a64), in scripts of our own."""
+    (tmp_path / "pretrain_vlm.py").write_text(textwrap.dedent('''\
+        def add_vlm_extra_args(parser):
+            group = parser.add_argument_group(title='vision language model specific arguments')
+            group.add_argument('--freeze-LM', action='store_true', default=False)
+            group.add_argument('--dataloader-seq-length', type=int, default=None)
+            return parser
+
+        if __name__ == "__main__":
+            args = parse_and_validate_args(extra_args_provider=add_vlm_extra_args,
+                                           args_defaults={'tokenizer_type': 'GPT2BPETokenizer'})
+    '''))
+    multimodal = tmp_path / "examples" / "multimodal"
+    multimodal.mkdir(parents=True)
+    (multimodal / "train.py").write_text("from multimodal_args import add_multimodal_extra_args\n"
+                                         "args = parse_and_validate_args(extra_args_provider=add_multimodal_extra_args)\n")
+    (multimodal / "multimodal_args.py").write_text(textwrap.dedent('''\
+        def add_multimodal_extra_args(parser):
+            group = parser.add_argument_group(title='multimodal arguments')
+            group.add_argument('--language-model-type', type=str, required=True)
+            group.add_argument("--use-tiling", action="store_true", default=False)
+            return parser
+    '''))
+    vlm = launch(["torchrun", "--nproc-per-node", "1", "pretrain_vlm.py"]
+                 + flags(TINY_GPT, "--freeze-LM --dataloader-seq-length 64 --freez-LM"), tmp_path)
+    assert [(p.code, p.location, p.message) for p in vlm.problems] == [
+        ("unsupported-model", "<command>", vlm.problems[0].message),
+        ("unknown-flag", "--freez-LM", "unknown flag; did you mean --freeze-LM?")]
+    llava = launch(["torchrun", "--nproc-per-node", "1", "examples/multimodal/train.py"]
+                   + flags(TINY_GPT, "--language-model-type=mistral_7b --use-tiling"), tmp_path)
+    assert codes(llava) == ["unsupported-model"]
+    assert "presumably" not in llava.problems[0].message
+
+
+def test_plan_refuses_a_family_it_does_not_model(tmp_path):
+    script = tmp_path / "bert.sh"
+    script.write_text(BERT_LAUNCH)
+    with pytest.raises(api.InvalidInput) as refused:
+        api.plan(str(script), world_size=8, global_batch_size=32, budget="80GiB", environ={"PWD": str(tmp_path)})
+    assert [p.code for p in refused.value.problems] == ["unsupported-model"]

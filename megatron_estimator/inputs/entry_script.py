@@ -208,6 +208,9 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
         return first.raw, first.problems, entry
     second = read_megatron_argv(argv, locations=locations, source=source, script_flags=found.specs,
                                 accepted=accepted)
+    if found.incomplete is not None:
+        # The rest may be flags the part not read registers: not typos for certain.
+        return _unread(second, replace(entry, unread_reason=f"only in part: {found.incomplete}"), known)
     return second.raw, second.problems, entry
 
 

@@ -37,6 +37,8 @@ _PROVIDER_TAKERS = ("parse_args", "parse_and_validate_args", "initialize_megatro
 _NO_VALUE_ACTIONS = ("store_true", "store_false", "store_const", "append_const", "count", "help", "version")
 _PLAIN_TYPES = ("int", "float", "str", "bool")
 _MAX_DEPTH = 12          # functions followed from a provider, at most
+_BUILTINS = frozenset({"print", "isinstance", "getattr", "hasattr", "setattr", "len", "id", "type", "vars",
+                       "repr", "str", "super", "callable"})
 _MAX_FILE_BYTES = 4_000_000
 
 
@@ -51,6 +53,16 @@ class ScriptFlags:
     files: tuple[str, ...] = ()                # every file read (the script first)
     unreadable_calls: int = 0                  # add_argument calls whose option strings are computed
     model_imports: tuple[str, ...] = ()        # megatron.core.models.* packages the script imports
+    missed: tuple[str, ...] = ()               # what could not be followed (a provider, a helper not found)
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the script's flags may be more than ``specs``, or None when every one was read."""
+        reasons = list(self.missed)
+        if self.unreadable_calls:
+            reasons.append(f"{self.unreadable_calls} add_argument call{'s' if self.unreadable_calls != 1 else ''} "
+                           "compute their option strings")
+        return "; ".join(reasons) or None
 
     @property
     def readable(self) -> bool:
@@ -105,6 +117,7 @@ class _Reader:
         self.followed: set[tuple[str, str]] = set()
         self.providers: list[str] = []
         self.unreadable_calls = 0
+        self.missed: list[str] = []
 
     def module(self, path: str) -> _Module | None:
         if path not in self.modules:
@@ -219,9 +232,14 @@ class _Reader:
                 self.add_argument(node)
             elif any(_is_name_in(a, parsers) for a in node.args) or any(
                     _is_name_in(k.value, parsers) for k in node.keywords):
+                if _name_of(func) in _BUILTINS or (isinstance(func, ast.Attribute) and _is_name_in(func.value, parsers)):
+                    continue
                 target = self.callee(module, func)
                 if target is not None:
                     self.follow(target[0], target[1], depth + 1)
+                else:
+                    self.missed.append(f"{fn.name} hands the parser to {_name_of(func) or 'a call'}, "
+                                       "whose source was not found")
 
     def add_argument(self, call: ast.Call) -> None:
         options: list[str] = []
@@ -339,9 +357,11 @@ def read_script_flags(path: str, search_dirs: Sequence[str] = ()) -> ScriptFlags
     for expr in reader.provider_expressions(tree):
         target = reader.callee(module, expr)
         if target is None:
+            reader.missed.append(f"its extra_args_provider {ast.unparse(expr)} was not found")
             continue
         reader.providers.append(target[1].name)
         reader.follow(target[0], target[1], 0)
     files = tuple(p for p, m in reader.modules.items() if m is not None)
     return ScriptFlags(path, specs=tuple(reader.specs), providers=tuple(dict.fromkeys(reader.providers)),
-                       files=files, unreadable_calls=reader.unreadable_calls, model_imports=_model_imports(tree))
+                       files=files, unreadable_calls=reader.unreadable_calls, model_imports=_model_imports(tree),
+                       missed=tuple(dict.fromkeys(reader.missed)))

@@ -206,6 +206,9 @@ def render_markdown(verdicts: Sequence[Verdict]) -> str:
     for v in verdicts:
         out.append(f"### {v.source}: {v.status.replace('_', ' ')}")
         out.append("")
+        if v.family is not None and (v.estimate is not None or v.family.name != "gpt"):
+            out.append(f"Model family: {v.family.name} ({v.family.source}).")
+            out.append("")
         if v.estimate is None:
             for p in v.problems:
                 out.append(f"- `{p.location}`: {p.message} (`{p.code}`)")
