@@ -356,7 +356,7 @@ def test_an_unreadable_entry_scripts_unknown_flags_are_one_grouped_problem(tmp_p
     assert verdict.problems[0].message == (
         "4 flags unknown to Megatron: --model-provider, --image-size, --num-layer (did you mean --num-layers?), "
         f"--freeze-lm; they may belong to the entry script train_missing.py, which could not be read (no such file "
-        f"under {tmp_path}); to accept such flags, set accept-flags (--accept-flags=--a,--b, "
+        f"under {os.getcwd()}, {tmp_path}); to accept such flags, set accept-flags (--accept-flags=--a,--b, "
         "MEGATRON_ESTIMATOR_ACCEPT_FLAGS, or accept-flags = [\"--a\", \"--b\"] in [tool.megatron-estimator])")
 
 
@@ -374,6 +374,15 @@ def test_the_accept_flags_setting_accepts_an_unreadable_scripts_flags(tmp_path):
         result = cli(["check", *args, str(script)], env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stdout
         assert "model family: gpt (a custom entry script (train_missing.py)" in result.stdout
+
+
+def test_a_verdict_on_settings_alone_has_no_model(tmp_path):
+    result = cli(["check", "--format", "json", "--budget", "eighty", str(tmp_path / "absent.yaml")], cwd=tmp_path)
+    doc = json.loads(result.stdout)
+    from test_cli import validate_report
+
+    validate_report(doc)
+    assert [r["model"] for r in doc["results"]] == [None, None]
 
 
 def test_the_accept_flags_setting_is_checked():
@@ -407,7 +416,12 @@ def test_a_launch_scripts_entry_script_is_found_beside_it(custom_script, tmp_pat
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     result = cli(["check", "--format", "json", str(launch_file)], cwd=elsewhere)
     assert result.returncode == 0, result.stdout
-    assert json.loads(result.stdout)["model"]["entry_script"] == "train_custom.py"
+    doc = json.loads(result.stdout)
+    from test_cli import validate_report
+
+    validate_report(doc)
+    assert doc["model"] == {"family": "gpt", "entry_script": "train_custom.py",
+                            "family_source": "a custom entry script (train_custom.py); taken as building a GPT decoder"}
 
 
 def test_the_script_reader_is_imported_only_when_a_custom_script_is_read(custom_script):
@@ -494,3 +508,30 @@ def test_plan_refuses_a_family_it_does_not_model(tmp_path):
     with pytest.raises(api.InvalidInput) as refused:
         api.plan(str(script), world_size=8, global_batch_size=32, budget="80GiB", environ={"PWD": str(tmp_path)})
     assert [p.code for p in refused.value.problems] == ["unsupported-model"]
+
+
+def test_run_execs_a_custom_script_whose_flags_it_read(tmp_path):
+    script = tmp_path / "train_dump.py"
+    script.write_text(textwrap.dedent('''\
+        import json, os, sys
+
+        def add_args(parser):
+            group = parser.add_argument_group("mine")
+            group.add_argument("--image-size", type=int)
+            group.add_argument("--freeze-vit", action="store_true")
+            return parser
+
+        if __name__ == "__main__":
+            if False:
+                pretrain(extra_args_provider=add_args)
+            json.dump({"argv": sys.argv}, open(os.environ["DUMP_TO"], "w"))
+    '''))
+    out = tmp_path / "dump.json"
+    command = [sys.executable, "train_dump.py"] + flags(TINY_GPT, "--image-size 336 --freeze-vit")
+    result = cli(["run", "--budget", "80GiB", "--"] + command, env={"DUMP_TO": str(out)}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["argv"] == command[1:]
+    typo = cli(["run", "--budget", "80GiB", "--"] + command + ["--freeze-vitt"], env={"DUMP_TO": str(out)},
+               cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "--freeze-vitt: unknown flag; did you mean --freeze-vit? [unknown-flag]" in typo.stderr

@@ -264,9 +264,11 @@ def entry_script_location(locations: Sequence[str] | None, index: int | None) ->
 
 
 def base_directories(environ: Mapping[str, str], launch_file: str | None = None) -> tuple[str, ...]:
-    """Where a relative entry script may be: the working directory, then the launch script's
-    own directory."""
-    dirs = [environ.get("PWD") or os.getcwd()]
+    """Where a relative entry script may be: the working directory (the process's, where ``run``
+    execs the launch, then ``PWD`` where it differs), then the launch script's own directory."""
+    dirs = [os.getcwd()]
+    if environ.get("PWD") and os.path.isdir(environ["PWD"]):
+        dirs.append(os.path.abspath(environ["PWD"]))
     if launch_file is not None:
         dirs.append(os.path.dirname(os.path.abspath(launch_file)))
     return tuple(dict.fromkeys(dirs))
