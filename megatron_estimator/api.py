@@ -145,7 +145,8 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
                                           locations=command.megatron_locations, source=command.script,
                                           entry_script=command.script,
-                                          entry_location=entry_script_location(command.locations, command.script_index),
+                                          entry_location=entry_script_location(command.locations, command.script_index,
+                                                                               command.script),
                                           entry_is_module=command.script_is_module,
                                           entry_dirs=base_directories(env), accept_flags=accept_flags)
     inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,

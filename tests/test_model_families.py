@@ -72,7 +72,7 @@ def test_the_family_comes_from_the_entry_script(tmp_path, script, family):
         # Never a GPT estimate for a non-GPT model: one problem, the refusal.
         assert verdict.estimate is None
         assert codes(verdict) == ["unsupported-model"]
-        assert verdict.problems[0].location == "<command>"
+        assert verdict.problems[0].location == script
 
 
 def test_a_module_entry_point_is_matched_by_its_path(tmp_path):
@@ -494,7 +494,7 @@ def test_megatron_lms_own_scripts_that_add_flags_are_read(tmp_path):
     vlm = launch(["torchrun", "--nproc-per-node", "1", "pretrain_vlm.py"]
                  + flags(TINY_GPT, "--freeze-LM --dataloader-seq-length 64 --freez-LM"), tmp_path)
     assert [(p.code, p.location, p.message) for p in vlm.problems] == [
-        ("unsupported-model", "<command>", vlm.problems[0].message),
+        ("unsupported-model", "pretrain_vlm.py", vlm.problems[0].message),
         ("unknown-flag", "--freez-LM", "unknown flag; did you mean --freeze-LM?")]
     llava = launch(["torchrun", "--nproc-per-node", "1", "examples/multimodal/train.py"]
                    + flags(TINY_GPT, "--language-model-type=mistral_7b --use-tiling"), tmp_path)

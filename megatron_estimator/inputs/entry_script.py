@@ -256,11 +256,11 @@ def unknown_flags_problem(unknown: Sequence[UnknownFlag], entry: EntryScript) ->
     return Problem("unknown-flag", unknown[0].problem.location, message)
 
 
-def entry_script_location(locations: Sequence[str] | None, index: int | None) -> str:
-    """Where a launch names its entry script."""
+def entry_script_location(locations: Sequence[str] | None, index: int | None, script: str) -> str:
+    """Where a launch names its entry script: its token's file:line, else the script as named."""
     if locations is not None and index is not None and 0 <= index < len(locations):
         return str(locations[index])
-    return "<command>"
+    return script
 
 
 def base_directories(environ: Mapping[str, str], launch_file: str | None = None) -> tuple[str, ...]:
