@@ -394,13 +394,30 @@ def test_the_accept_flags_setting_is_checked():
     assert [(p.code, p.location) for p in problems] == [("invalid-setting", "MEGATRON_ESTIMATOR_ACCEPT_FLAGS")]
 
 
-def test_megatrons_own_gpt_script_is_never_read_and_keeps_per_flag_errors(tmp_path):
-    (tmp_path / "pretrain_gpt.py").write_text("this is not python(\n")
+def test_megatrons_own_gpt_script_keeps_per_flag_errors(tmp_path):
+    for text in (None, "this is not python(\n"):
+        if text is not None:
+            (tmp_path / "pretrain_gpt.py").write_text(text)
+        verdict = launch(["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py"]
+                         + flags(TINY_GPT, "--num-layer 3 --hiden-size 8"), tmp_path)
+        assert [(p.code, p.location) for p in verdict.problems] == [("unknown-flag", "--num-layer"),
+                                                                     ("unknown-flag", "--hiden-size")]
+        assert "did you mean --num-layers" in verdict.problems[0].message
+    # A modified copy that adds a flag through a provider not on this machine: its own flag is
+    # accepted, the rest are still errors of their own (pretrain_gpt.py adds no others).
+    (tmp_path / "pretrain_gpt.py").write_text(textwrap.dedent('''\
+        from megatron.post_training.arguments import add_modelopt_args
+
+        def add_mine(parser):
+            parser.add_argument("--my-flag", type=int)
+            return add_modelopt_args(parser)
+
+        parse_and_validate_args(extra_args_provider=add_mine)
+    '''))
     verdict = launch(["torchrun", "--nproc-per-node", "1", "pretrain_gpt.py"]
-                     + flags(TINY_GPT, "--num-layer 3 --hiden-size 8"), tmp_path)
-    assert [(p.code, p.location) for p in verdict.problems] == [("unknown-flag", "--num-layer"),
-                                                                 ("unknown-flag", "--hiden-size")]
-    assert verdict.family.entry.path is None
+                     + flags(TINY_GPT, "--my-flag 3 --hiden-size 8"), tmp_path)
+    assert [(p.code, p.location) for p in verdict.problems] == [("unknown-flag", "--hiden-size")]
+    assert verdict.family.name == "gpt"
 
 
 def test_a_custom_script_that_is_not_python_is_unreadable(tmp_path):

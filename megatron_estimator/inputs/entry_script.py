@@ -183,16 +183,21 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     """The Megatron flags ``argv`` that follow the entry script ``script`` (named at
     ``script_location``): the settings, every problem, and what was learnt of the script.
 
-    A script of Megatron's own that adds no flags of its own is not read.  Any other script is
-    read when a flag is unknown to Megatron (its flags then parse with their arity), and a
-    custom script always (its imports tell the model family).  ``accepted``: option strings
-    the settings accept as the script's own."""
+    A script is read when a flag is unknown to Megatron (its flags then parse with their
+    arity), and a custom script always (its imports tell the model family).  After a script of
+    Megatron's own that adds no flags (``MEGATRON_ONLY_FLAGS``) an unknown flag is an error of
+    its own whatever the reading finds (a modified copy's flags are still accepted); after any
+    other, unknown flags the reading cannot rule out are grouped (``_unread``).  ``accepted``:
+    option strings the settings accept as the script's own."""
     known = known_script(script, is_module)
     entry = EntryScript(script, script_location, is_module)
     first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted)
-    if known is not None and (known[0] in MEGATRON_ONLY_FLAGS or not first.unknown):
+    if known is not None and not first.unknown:
         return first.raw, first.problems, entry
+    megatron_only = known is not None and known[0] in MEGATRON_ONLY_FLAGS
     path = find_script_file(script, is_module, base_dirs)
+    if path is None and megatron_only:
+        return first.raw, first.problems, entry
     if path is None:
         entry = EntryScript(script, script_location, is_module, unread_reason="no such file"
                             + (f" under {', '.join(dict.fromkeys(base_dirs))}" if base_dirs else ""))
@@ -200,6 +205,8 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     from megatron_estimator.inputs.script_flags import read_script_flags
 
     found = read_script_flags(path, search_dirs=base_dirs)
+    if megatron_only and (not found.readable or not found.specs):
+        return first.raw, first.problems, entry
     if not found.readable:
         return _unread(first, EntryScript(script, script_location, is_module, path=path, unread_reason=found.error), known)
     entry = EntryScript(script, script_location, is_module, path=path, model_imports=found.model_imports,
@@ -208,7 +215,7 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
         return first.raw, first.problems, entry
     second = read_megatron_argv(argv, locations=locations, source=source, script_flags=found.specs,
                                 accepted=accepted)
-    if found.incomplete is not None:
+    if found.incomplete is not None and not megatron_only:
         # The rest may be flags the part not read registers: not typos for certain.
         return _unread(second, replace(entry, unread_reason=f"only in part: {found.incomplete}"), known)
     return second.raw, second.problems, entry
