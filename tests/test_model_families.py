@@ -552,3 +552,29 @@ def test_run_execs_a_custom_script_whose_flags_it_read(tmp_path):
                cwd=tmp_path)
     assert typo.returncode == 2
     assert "--freeze-vitt: unknown flag; did you mean --freeze-vit? [unknown-flag]" in typo.stderr
+
+
+def test_a_lambda_provider_and_a_partial_are_followed(tmp_path):
+    from megatron_estimator.inputs.script_flags import read_script_flags
+
+    script = tmp_path / "train_lambda.py"
+    script.write_text(textwrap.dedent('''\
+        import functools
+
+        def add_a(parser, prefix):
+            parser.add_argument("--a-" + prefix)
+            parser.add_argument("--a-count", action="count")
+            return parser
+
+        def add_b(parser):
+            parser.add_argument("--b", nargs="+", type=float)
+            return parser
+
+        initialize_megatron(extra_args_provider=lambda parser: add_b(parser))
+        parse_args(functools.partial(add_a, prefix="x"))
+    '''))
+    found = read_script_flags(str(script))
+    assert [(s.flag, s.action, s.nargs, s.type) for s in found.specs] == [
+        ("--b", "store", "+", "float"), ("--a-count", "store_true", None, None)]
+    assert found.providers == ("lambda", "add_a")
+    assert found.incomplete == "1 add_argument call computes its option strings"

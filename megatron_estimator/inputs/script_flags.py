@@ -60,8 +60,9 @@ class ScriptFlags:
         """Why the script's flags may be more than ``specs``, or None when every one was read."""
         reasons = list(self.missed)
         if self.unreadable_calls:
-            reasons.append(f"{self.unreadable_calls} add_argument call{'s' if self.unreadable_calls != 1 else ''} "
-                           "compute their option strings")
+            n = self.unreadable_calls
+            reasons.append("1 add_argument call computes its option strings" if n == 1
+                           else f"{n} add_argument calls compute their option strings")
         return "; ".join(reasons) or None
 
     @property
@@ -209,8 +210,9 @@ class _Reader:
                 expanded.append(expr)
         return expanded
 
-    def follow(self, module: _Module, fn: ast.FunctionDef, depth: int) -> None:
-        key = (module.path, fn.name)
+    def follow(self, module: _Module, fn: ast.FunctionDef | ast.Lambda, depth: int) -> None:
+        name = getattr(fn, "name", "lambda")
+        key = (module.path, f"{name}:{fn.lineno}:{fn.col_offset}")
         if key in self.followed or depth > _MAX_DEPTH:
             return
         self.followed.add(key)
@@ -238,7 +240,7 @@ class _Reader:
                 if target is not None:
                     self.follow(target[0], target[1], depth + 1)
                 else:
-                    self.missed.append(f"{fn.name} hands the parser to {_name_of(func) or 'a call'}, "
+                    self.missed.append(f"{name} hands the parser to {_name_of(func) or 'a call'}, "
                                        "whose source was not found")
 
     def add_argument(self, call: ast.Call) -> None:
@@ -286,7 +288,7 @@ class _Reader:
             choices=choices, const=_literal(keywords.get("const")), conditional=SCRIPT_CONDITION))
 
 
-def _walk_in_order(fn: ast.FunctionDef):
+def _walk_in_order(fn: ast.FunctionDef | ast.Lambda):
     """The nodes of a function body in source order (assignments before the calls after them)."""
     nodes = [n for n in ast.walk(fn) if hasattr(n, "lineno")]
     nodes.sort(key=lambda n: (n.lineno, n.col_offset, 0 if isinstance(n, ast.stmt) else 1))
@@ -355,6 +357,10 @@ def read_script_flags(path: str, search_dirs: Sequence[str] = ()) -> ScriptFlags
     module = _Module(path, tree)
     reader.modules[path] = module
     for expr in reader.provider_expressions(tree):
+        if isinstance(expr, ast.Lambda):             # extra_args_provider=lambda parser: add_mine(parser)
+            reader.providers.append("lambda")
+            reader.follow(module, expr, 0)
+            continue
         target = reader.callee(module, expr)
         if target is None:
             reader.missed.append(f"its extra_args_provider {ast.unparse(expr)} was not found")
