@@ -46,6 +46,7 @@ class TrainingInput:
     # one (a launch is never estimated on a guessed world).
     world_size_unknown: Problem | None = None
     launch_location: str | None = None  # file:line of a script's launch, where its environment applies
+    entry: Any = None                   # inputs.entry_script.EntryScript: the launch's entry script, if any
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -55,10 +56,17 @@ def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> di
 
 
 def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
-                     locations: Sequence[str] | None = None, source: str = "command line"
-                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
-    """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags)."""
-    from megatron_estimator.inputs.argv import parse_megatron_argv
+                     locations: Sequence[str] | None = None, source: str = "command line",
+                     entry_script: str | None = None, entry_location: str = "<command>",
+                     entry_is_module: bool = False, entry_dirs: Sequence[str] = (),
+                     accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags).
+
+    ``entry_script``: the script they follow (named at ``entry_location``; a relative path is
+    looked for under ``entry_dirs``): its own flags are read from it when it is readable
+    (inputs/entry_script.py ``read_entry_argv``).  ``accept_flags``: option strings accepted
+    as the entry script's own (the ``accept-flags`` setting)."""
+    from megatron_estimator.inputs.argv import read_megatron_argv
 
     yaml_path = None
     if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
@@ -75,9 +83,23 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
         if ignored:
             notes = (f"--yaml-cfg {yaml_path} replaces the command line: Megatron ignores "
                      + ", ".join(ignored),)
-        return TrainingInput(loaded.raw, source=f"{source} (--yaml-cfg {yaml_path})", notes=notes), tuple(loaded.problems)
-    raw, problems = parse_megatron_argv(list(argv), locations=list(locations) if locations else None, source=source)
-    return TrainingInput(raw, source=source), tuple(problems)
+        entry = None
+        if entry_script is not None:
+            from megatron_estimator.inputs.entry_script import EntryScript
+
+            entry = EntryScript(entry_script, entry_location, entry_is_module)
+        return (TrainingInput(loaded.raw, source=f"{source} (--yaml-cfg {yaml_path})", notes=notes, entry=entry),
+                tuple(loaded.problems))
+    locations = list(locations) if locations else None
+    if entry_script is not None:
+        from megatron_estimator.inputs.entry_script import read_entry_argv
+
+        raw, problems, entry = read_entry_argv(list(argv), script=entry_script, script_location=entry_location,
+                                               is_module=entry_is_module, base_dirs=entry_dirs,
+                                               locations=locations, source=source, accepted=accept_flags)
+        return TrainingInput(raw, source=source, entry=entry), tuple(problems)
+    reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags)
+    return TrainingInput(reading.raw, source=source), reading.problems
 
 
 def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
@@ -108,9 +130,11 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
             tuple(imported.problems) + tuple(flag_problems))
 
 
-def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None
-                      ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
-    """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand)."""
+def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
+                      accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+    """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand).
+    The entry script is looked for relative to the working directory."""
+    from megatron_estimator.inputs.entry_script import base_directories, entry_script_location
     from megatron_estimator.inputs.launch.command import unknown_world_size_problem
     from megatron_estimator.inputs.launch.walk import parse_launch_command
 
@@ -119,7 +143,12 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     if command.script is None:
         return TrainingInput(RawArgs(), source="launch command"), tuple(problems), command
     inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
-                                          locations=command.megatron_locations, source=command.script)
+                                          locations=command.megatron_locations, source=command.script,
+                                          entry_script=command.script,
+                                          entry_location=entry_script_location(command.locations, command.script_index,
+                                                                               command.script),
+                                          entry_is_module=command.script_is_module,
+                                          entry_dirs=base_directories(env), accept_flags=accept_flags)
     inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
                   environment=command.environment_dict, job_environment=True,
                   world_size_unknown=unknown_world_size_problem(command) if command.world_size is None else None)
@@ -148,12 +177,14 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping") -> 
 
 
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
-                    script_args: Sequence[str] | None = None, world_size_given: bool = False
-                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                    script_args: Sequence[str] | None = None, world_size_given: bool = False,
+                    accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json.
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
-    ``world_size_given`` says the caller gives the world size (the launcher's need not resolve)."""
+    ``world_size_given`` says the caller gives the world size (the launcher's need not resolve);
+    its entry script is looked for relative to the working directory, then the script's own
+    directory; ``accept_flags`` as for ``input_from_flags``."""
     from pathlib import Path
 
     from megatron_estimator.inputs.registry import ReadOptions, read_file
@@ -170,8 +201,14 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                               world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
                 loaded.problems)
     # A launch: its Megatron flags are read as flags are, in the environment the job gets.
+    from megatron_estimator.inputs.entry_script import base_directories
+
     inp, flag_problems = input_from_flags(loaded.flags, environ=_environment(env, loaded.environment),
-                                          locations=loaded.flag_locations, source=name)
+                                          locations=loaded.flag_locations, source=name,
+                                          entry_script=loaded.entry_script,
+                                          entry_location=loaded.entry_location or loaded.launch_location or name,
+                                          entry_is_module=loaded.entry_is_module,
+                                          entry_dirs=base_directories(env, name), accept_flags=accept_flags)
     return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source,
                     environment=loaded.environment, job_environment=loaded.job_environment,
                     world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
@@ -204,10 +241,18 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     from megatron_estimator.results.estimate import build_estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.inputs.entry_script import model_family
     from megatron_estimator.report.assumptions import state_all
 
+    family = model_family(inp.raw, inp.entry)
     if problems and not inp.raw.settings:
-        return Verdict(inp.source, problems=tuple(problems))
+        if inp.entry is None:
+            return Verdict(inp.source, problems=tuple(problems))
+        # A launch of a family the estimator does not model is refused as such, whatever else.
+        from megatron_estimator.config.family import unsupported_model
+
+        refusal = unsupported_model(family)
+        return Verdict(inp.source, problems=tuple(problems) + ((refusal,) if refusal else ()), family=family)
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
@@ -220,26 +265,29 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
                                 flash_attn=overheads.flash_attn, resume=overheads.resume,
                                 launch_location=inp.launch_location,
-                                job_environment=inp.job_environment)
+                                job_environment=inp.job_environment, family=family)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:
         # one message per problem, the input's own.
         reported = {p.location for p in problems}
-        return Verdict(inp.source, problems=tuple(problems) + tuple(
-            p for p in err.problems if p not in problems and p.location not in reported))
+        found = tuple(p for p in err.problems if p not in problems and p.location not in reported)
+        # An unsupported model family is said first: the rest is only what its command line holds.
+        refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
+        return Verdict(inp.source, problems=refusals + tuple(problems) + tuple(p for p in found if p not in refusals),
+                       family=family)
     if problems:
         # The input had problems of its own (an unknown flag, a bad value): report them, with
         # whatever validation found in the rest, instead of an estimate of something else.
-        return Verdict(inp.source, problems=tuple(problems))
+        return Verdict(inp.source, problems=tuple(problems), family=family)
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
     result = replace(result, assumptions=state_all(result.assumed))
     if suggest and result.fits is False:
-        return Verdict(inp.source, estimate=result,
+        return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
-    return Verdict(inp.source, estimate=result)
+    return Verdict(inp.source, estimate=result, family=family)
 
 
 def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
@@ -479,6 +527,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
                                      environ=environ)
     problems += input_problems
+    problems += _family_refusal(inp)
     if problems:
         raise InvalidInput(problems)
     if overheads is None:
@@ -498,6 +547,16 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
                   proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
 
 
+def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:
+    """The ``unsupported-model`` problem of an input whose model family is not modelled: the
+    planner never lays out a non-GPT model as a GPT decoder."""
+    from megatron_estimator.config.family import unsupported_model
+    from megatron_estimator.inputs.entry_script import model_family
+
+    refusal = unsupported_model(model_family(inp.raw, inp.entry))
+    return (refusal,) if refusal is not None else ()
+
+
 def search_space(**bounds):
     """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
     from megatron_estimator.results.plan import SearchSpace
@@ -512,6 +571,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
     from megatron_estimator.planner.search import layouts
 
     inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    problems = tuple(problems) + _family_refusal(inp)
     if problems:
         raise InvalidInput(problems)
     return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,

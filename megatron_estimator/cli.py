@@ -120,6 +120,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
                            "yes or no (default auto)")
 
 
+def _accept_flags_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accept-flags", action="append", metavar="=FLAG[,FLAG...]",
+                        help="flags unknown to Megatron that the entry script adds itself, accepted when the "
+                             "script cannot be read; written --accept-flags=--model-provider,--image-size "
+                             "(repeatable)")
+
+
 def _model_source(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model architecture (flags after '--' add to it or override it)")
     source = model.add_mutually_exclusive_group()
@@ -153,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--warn-only", action="store_true", default=None,
                    help="launch even when over budget or invalid (the report goes to stderr)")
+    _accept_flags_option(p)
     p.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH_COMMAND")
 
     p = sub.add_parser("check", help="validate and estimate config files and launch scripts",
@@ -167,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "scripts that name no pretrain*.py and none of --num-layers, --hidden-size, "
                         "--num-attention-heads, --yaml-cfg. Each is named on stderr and left out of the "
                         "report; a training input that is broken is still invalid")
+    _accept_flags_option(p)
     p.add_argument("--script-arg", action="append", metavar="ARG",
                    help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
                         "repeated in order; without any, $1... are unset, as bash has them, and a \"$@\" "
@@ -236,7 +245,7 @@ def _options(ns: argparse.Namespace, environ):
         "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
         "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
         "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn, "resume": ns.resume,
-        "warn-only": getattr(ns, "warn_only", None),
+        "warn-only": getattr(ns, "warn_only", None), "accept-flags": getattr(ns, "accept_flags", None),
     }
     return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
 
@@ -308,7 +317,7 @@ def cmd_run(ns, environ) -> int:
     if not argv:
         raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
     settings, settings_problems = _options(ns, environ)
-    inp, problems, command = input_from_launch(argv, environ=environ)
+    inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags)
     world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
                                             say_launch=True)
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
@@ -352,7 +361,8 @@ def cmd_check(ns, environ) -> int:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
         inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
-                                             world_size_given=ns.world_size is not None)
+                                             world_size_given=ns.world_size is not None,
+                                             accept_flags=settings.accept_flags)
         world, world_source, _ = world_size_for(inp, ns.world_size)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, suggest=True,

@@ -148,6 +148,22 @@ def _resume(raw: Any) -> str:
     raise ValueError(f"must be auto, yes or no, not {describe_value(raw, TOML)}")
 
 
+def _accept_flags(raw: Any) -> tuple[str, ...]:
+    """Option strings accepted as the entry script's own: a list (``["--a", "--b"]``), or a
+    string of them separated by commas or spaces (``--a,--b``)."""
+    items = raw if isinstance(raw, (list, tuple)) else [raw]
+    flags: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"must be option strings such as --model-provider, not {describe_value(item, TOML)}")
+        for flag in item.replace(",", " ").split():
+            if not flag.startswith("-") or flag in ("-", "--") or "=" in flag:
+                raise ValueError(f"must be option strings such as --model-provider (no values), not {flag!r}")
+            if flag not in flags:
+                flags.append(flag)
+    return tuple(flags)
+
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -236,6 +252,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "warn-only", "bool", False, _bool,
         "report an over-budget configuration but exit 0 (invalid input still fails)",
     ),
+    SettingSpec(
+        "accept-flags", "flags", (), _accept_flags,
+        "flags unknown to Megatron that the launch's entry script adds itself (its extra_args_provider), "
+        "accepted when the script cannot be read: a list such as [\"--model-provider\", \"--image-size\"]; "
+        "each takes the values that follow it up to the next flag",
+    ),
 )
 
 _SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SETTINGS}
@@ -268,6 +290,8 @@ def show_value(key: str, value: Any) -> str:
         return f"{value:g} ({value * 100:g}%)"
     if spec.kind == "bool":
         return "true" if value else "false"
+    if spec.kind == "flags":
+        return ", ".join(value) if value else "none"
     return str(value)
 
 
@@ -305,6 +329,7 @@ class Settings:
     flash_attn: str | None
     resume: str
     warn_only: bool
+    accept_flags: tuple[str, ...]
     entries: Mapping[str, SettingEntry] = field(hash=False, repr=False)
     config_file: str | None = None           # the file read, if any
     notes: tuple[str, ...] = ()              # facts worth reporting that are not problems

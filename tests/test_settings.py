@@ -58,7 +58,7 @@ def test_the_defaults_live_in_one_table():
     assert [(s.key, s.default) for s in SETTINGS] == [
         ("budget", None), ("gpu", None), ("format", "text"), ("cuda-context", 512 * MiB),
         ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("flash-attn", None),
-        ("resume", "auto"), ("warn-only", False)]
+        ("resume", "auto"), ("warn-only", False), ("accept-flags", ())]
     assert [row[:3] for row in settings_help()] == [
         ("budget", "MEGATRON_ESTIMATOR_BUDGET", "none"),
         ("gpu", "MEGATRON_ESTIMATOR_GPU", "none"),
@@ -70,6 +70,7 @@ def test_the_defaults_live_in_one_table():
         ("flash-attn", "MEGATRON_ESTIMATOR_FLASH_ATTN", ">= 2.4.1 (assumed)"),
         ("resume", "MEGATRON_ESTIMATOR_RESUME", "auto"),
         ("warn-only", "MEGATRON_ESTIMATOR_WARN_ONLY", "false"),
+        ("accept-flags", "MEGATRON_ESTIMATOR_ACCEPT_FLAGS", "none"),
     ]
     assert all(help_line for *_, help_line in settings_help())
 
@@ -353,7 +354,7 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
         ("unknown-setting", f"{path}:4 [tool.megatron-estimator] colour", "'colour' is not a setting"),
     ]
     assert problems[0].message.endswith(
-        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, resume, warn-only)")
+        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, resume, warn-only, accept-flags)")
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
@@ -456,6 +457,7 @@ def test_settings_are_frozen_and_report_their_sources(repo):
         ("flash-attn", ">= 2.4.1 (assumed)", "default"),
         ("resume", "auto", "default"),
         ("warn-only", "true", "MEGATRON_ESTIMATOR_WARN_ONLY"),
+        ("accept-flags", "none", "default"),
     )
 
 

@@ -36,23 +36,25 @@ READERS = ("megatron_estimator.inputs.hf", "megatron_estimator.inputs.bash", "me
            "megatron_estimator.inputs.seed_yaml", "megatron_estimator.inputs.megatron_yaml",
            "megatron_estimator.inputs.registry", "megatron_estimator.inputs.presets")
 HELP_WIDTH = ("shutil", "bz2", "lzma")
+# The static reader of custom entry scripts: only for a script that is not Megatron's own.
+SCRIPT_READER = "megatron_estimator.inputs.script_flags"
 PATHS = ("pathlib", "urllib", "ipaddress")
 
 CASES = {
     "version": (["--version"], 0,
                 ("argparse", "typing", "megatron_estimator.api", "megatron_estimator.settings")),
     "estimate": (["estimate", "--world-size", "64", "--budget", "80GiB", "--", *LLAMA3_70B], 0,
-                 ("jsonschema", "yaml", "megatron_estimator.planner", *READERS, *HELP_WIDTH, *PATHS)),
+                 ("jsonschema", "yaml", "megatron_estimator.planner", *READERS, *HELP_WIDTH, *PATHS, SCRIPT_READER)),
     "run over budget": (["run", "--budget", "1GiB", "--", "torchrun", "--nproc-per-node", "8",
                          "pretrain_gpt.py", *SMALL], 1,
                         ("jsonschema", "yaml", "megatron_estimator.inputs.hf", "megatron_estimator.inputs.bash",
-                         "megatron_estimator.inputs.seed_yaml", *HELP_WIDTH, *PATHS)),
+                         "megatron_estimator.inputs.seed_yaml", *HELP_WIDTH, *PATHS, SCRIPT_READER)),
     "check seed yaml": (["check", "examples/llama3-8b.yaml"], 0,
                         ("jsonschema", "megatron_estimator.planner", "megatron_estimator.inputs.hf",
                          "megatron_estimator.inputs.bash", "megatron_estimator.inputs.launch", *HELP_WIDTH)),
     "check launch script": (["check", "examples/llama3_8b_pretrain.sh"], 0,
                             ("jsonschema", "yaml", "megatron_estimator.planner", "megatron_estimator.inputs.hf",
-                             *HELP_WIDTH)),
+                             *HELP_WIDTH, SCRIPT_READER)),
 }
 
 PROGRAM = """

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from megatron_estimator.config.family import unsupported_model
 from megatron_estimator.config.run_context import RunContext, resume_of
 from megatron_estimator.config.typed import EstimatorConfig, build_config
 from megatron_estimator.config.derive import derive_namespace
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.megatron.flags import flag_table
 from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.inputs.entry_script import ModelFamily
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.config.rules import check_rules
 from megatron_estimator.config.schema import check_config_schema
@@ -49,7 +51,8 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                    environ: Mapping[str, str] | None = None,
                    compute_capability: float | None = None,
                    flash_attn: str | None = None, resume: str = "auto",
-                   job_environment: bool = False, launch_location: str | None = None) -> EstimatorConfig:
+                   job_environment: bool = False, launch_location: str | None = None,
+                   family: ModelFamily | None = None) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
     GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
@@ -58,7 +61,14 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     (run_context.py ``resume_of``).
     ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
     config files it is only the checking shell's, so environment rules become notes.
-    These become the configuration's ``run`` (run_context.py ``RunContext``)."""
+    These become the configuration's ``run`` (run_context.py ``RunContext``).
+    ``family``: the model family the entry script and the flags say (None: a GPT decoder); one
+    the estimator does not model is refused with a single ``unsupported-model`` problem
+    (config/family.py) before any rule of the GPT model runs."""
+    if family is not None:
+        refusal = unsupported_model(family)
+        if refusal is not None:
+            raise InvalidInput([refusal])
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
     defaults = flag_table().defaults()
@@ -117,4 +127,5 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     problems.raise_if_any()
     if tokenizer_defaulted and vocab.source.startswith("GPT2BPETokenizer"):
         notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
-    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings), run)
+    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings), run,
+                        family=family.name if family is not None else "gpt")

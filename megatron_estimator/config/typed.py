@@ -71,6 +71,7 @@ class ModelConfig:
     moe: MoeConfig | None = None
     mla: MlaConfig | None = None
     mtp_num_layers: int = 0
+    family: str = "gpt"                       # "gpt"; "hybrid" (inputs/entry_script.py model_family)
 
     def is_moe_layer(self, layer_index: int) -> bool:
         return self.moe is not None and self.moe.layer_pattern[layer_index]
@@ -316,7 +317,7 @@ def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str],
 
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
                  notes: tuple[str, ...] = (), given: frozenset = frozenset(),
-                 run: RunContext = RunContext()) -> EstimatorConfig:
+                 run: RunContext = RunContext(), family: str = "gpt") -> EstimatorConfig:
     """An EstimatorConfig from a derived namespace that validation accepted.  ``environ``:
     the job's environment (it picks the attention kernel); ``given``: the dests the user set."""
     num_layers = ns["num_layers"]
@@ -373,6 +374,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         moe=moe,
         mla=mla,
         mtp_num_layers=ns.get("mtp_num_layers") or 0,
+        family=family,
     )
     parallel = ParallelDims(
         world_size=ns["world_size"],

@@ -20,7 +20,8 @@ ones a ``RawArgs`` uses, as notes to show, not as problems.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
@@ -36,6 +37,9 @@ from megatron_estimator.megatron.flags import (
     flag_table,
 )
 
+# The ``conditional`` of the flags an entry script registers (inputs/script_flags.py).
+SCRIPT_CONDITION = "entry-script"
+
 # argparse's test for a negative number (ArgumentParser._negative_number_matcher, Python 3.10-3.11;
 # 3.12/3.13 also accept underscores, 3.14 also exponents).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -43,15 +47,16 @@ _NUMBER_LIKE = re.compile(r"-\.?\d")
 _HELP = ("-h", "--help")
 
 
-def _looks_like_option(token: str, table: FlagTable) -> bool:
-    """argparse's _parse_optional for Megatron's parser: is ``token`` an option (O) or a value (A)?"""
+def _looks_like_option(token: str, table: FlagTable, extra: Collection[str] = ()) -> bool:
+    """argparse's _parse_optional for Megatron's parser: is ``token`` an option (O) or a value (A)?
+    ``extra``: option strings the entry script adds (and flags accepted as its own)."""
     if not token or token[0] != "-":
         return False
-    if token in table or token in _HELP:
+    if token in table or token in _HELP or token in extra:
         return True
     if len(token) == 1:
         return False
-    if "=" in token and token.split("=", 1)[0] in table:
+    if "=" in token and (token.split("=", 1)[0] in table or token.split("=", 1)[0] in extra):
         return True
     if _NEGATIVE_NUMBER.match(token):
         return False        # no Megatron option looks like a negative number
@@ -60,6 +65,24 @@ def _looks_like_option(token: str, table: FlagTable) -> bool:
 
 def _count(n: int) -> str:
     return "one value" if n == 1 else f"{n} values"
+
+
+@dataclass(frozen=True)
+class UnknownFlag:
+    """An option that neither Megatron nor the entry script registers, and its problem."""
+
+    spelled: str                       # as typed, without a glued value
+    suggestions: tuple[str, ...]       # the closest known flags
+    problem: Problem                   # the ``unknown-flag`` problem reported for it
+
+
+@dataclass(frozen=True)
+class ArgvReading:
+    """What ``read_megatron_argv`` found: the settings, every problem, the unknown flags."""
+
+    raw: RawArgs
+    problems: tuple[Problem, ...]
+    unknown: tuple[UnknownFlag, ...] = ()
 
 
 def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
@@ -72,12 +95,28 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
     ``help-flag``, ``missing-value``, ``invalid-value``, ``invalid-choice``,
     ``unexpected-argument``, ``ignored-explicit-value``.
     """
+    reading = read_megatron_argv(argv, locations=locations, source=source)
+    return reading.raw, reading.problems
+
+
+def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
+                       source: str = "command line", script_flags: Sequence[FlagSpec] = (),
+                       accepted: Collection[str] = ()) -> ArgvReading:
+    """``parse_megatron_argv`` with the flags an entry script adds to Megatron's parser
+    (``script_flags``, read by ``inputs.script_flags``: parsed with their own arity and
+    choices, their values checked but not kept, since Megatron's model does not read them) and
+    option strings ``accepted`` as the script's own without knowing their arity (each takes
+    the values up to the next option, as argparse sets unrecognized arguments aside)."""
     tokens = list(argv)
     if locations is not None and len(locations) != len(tokens):
         raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
     table = flag_table()
     problems = ProblemCollector()
     settings: dict[str, RawSetting] = {}
+    script_specs: Mapping[str, FlagSpec] = {o: spec for spec in script_flags for o in spec.option_strings
+                                            if o not in table}
+    extra = frozenset(script_specs) | frozenset(accepted)
+    unknown: list[UnknownFlag] = []
 
     def where(index: int, spelled: str | None) -> str:
         if locations is not None:
@@ -92,7 +131,7 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
             kinds.append("-")
             kinds.extend("A" * (len(tokens) - index - 1))
             break
-        kinds.append("O" if _looks_like_option(token, table) else "A")
+        kinds.append("O" if _looks_like_option(token, table, extra) else "A")
 
     def run_of_values(start: int) -> int:
         stop = start
@@ -131,17 +170,21 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
         # An option: exact, or exact before '=' (allow_abbrev=False: no prefixes).
         option_index = i
         spelled, explicit = token, None
-        if token not in table and "=" in token:
+        if token not in table and token not in extra and "=" in token:
             spelled, explicit = token.split("=", 1)
-        spec = table.by_option(spelled)
+        spec = table.by_option(spelled) or script_specs.get(spelled)
         location = where(option_index, spelled)
         if spec is None:
-            if spelled in _HELP:
+            if spelled in accepted:
+                pass                   # the entry script's own, as the settings say
+            elif spelled in _HELP:
                 problems.add("help-flag", location, "Megatron prints its help and exits instead of training")
             else:
-                suggestions = _best_suggestions(spelled)
+                suggestions = _best_suggestions(spelled, tuple(script_specs))
                 hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
-                problems.add("unknown-flag", location, "unknown flag" + hint)
+                problem = Problem("unknown-flag", location, "unknown flag" + hint)
+                problems.extend((problem,))
+                unknown.append(UnknownFlag(spelled, tuple(suggestions), problem))
             # argparse lists the values after an unknown option among the unrecognized
             # arguments too; they belong to this problem, not to new ones.
             i = run_of_values(i + 1)
@@ -160,7 +203,8 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
                 value = not spelled.startswith("--no-")      # argparse.BooleanOptionalAction.__call__
             else:
                 value = spec.action == "store_true"
-            settings[spec.dest] = RawSetting(spec.dest, value, location)
+            if spec.conditional != SCRIPT_CONDITION:
+                settings[spec.dest] = RawSetting(spec.dest, value, location)
             continue
 
         if explicit is not None:
@@ -214,16 +258,17 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
             value = converted[0] if converted else spec.const
         else:
             value = converted
-        settings[spec.dest] = RawSetting(spec.dest, value, location)
+        if spec.conditional != SCRIPT_CONDITION:
+            settings[spec.dest] = RawSetting(spec.dest, value, location)
 
-    return RawArgs(settings, source), problems.problems
+    return ArgvReading(RawArgs(settings, source), problems.problems, tuple(unknown))
 
 
-def _best_suggestions(option: str) -> list[str]:
+def _best_suggestions(option: str, extra: Sequence[str] = ()) -> list[str]:
     """The closest flags worth naming: the best match and any nearly as close."""
     import difflib
 
-    found = closest_flags(option)
+    found = closest_flags(option, extra=extra)
     if len(found) < 2:
         return found
     normalized = "--" + option.lstrip("-").replace("_", "-")

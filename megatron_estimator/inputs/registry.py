@@ -45,6 +45,9 @@ class FileInput:
     job_environment: bool = False              # the environment is the launched job's
     launch_location: str | None = None         # file:line of a script's launch
     notes: tuple[str, ...] = ()
+    entry_script: str | None = None            # a launch's entry script (pretrain_gpt.py), as named
+    entry_location: str | None = None          # file:line where the launch names it
+    entry_is_module: bool = False              # run with -m
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,17 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
     return FileInput(problems=tuple(problems), flags=tuple(script.megatron_argv),
                      flag_locations=tuple(script.megatron_locations), world_size=script.world_size,
                      world_size_source=script.world_size_source, world_size_unknown=unknown,
-                     environment=script.environment_dict, job_environment=True, launch_location=script.location)
+                     environment=script.environment_dict, job_environment=True, launch_location=script.location,
+                     entry_script=script.command.script, entry_location=_entry_location(script),
+                     entry_is_module=script.command.script_is_module)
+
+
+def _entry_location(launch) -> str:
+    """Where a launch script names its entry script (file:line)."""
+    index = launch.command.script_index
+    if index is not None and 0 <= index < len(launch.launch_tokens):
+        return launch.launch_tokens[index].location
+    return launch.location
 
 
 # What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an

@@ -229,8 +229,9 @@ def dest_for_option(option: str) -> str | None:
     return None if spec is None else spec.dest
 
 
-def closest_flags(option: str, n: int = 3) -> list[str]:
-    """Up to ``n`` known option strings closest to ``option`` (a misspelling), best first.
+def closest_flags(option: str, n: int = 3, extra: Sequence[str] = ()) -> list[str]:
+    """Up to ``n`` known option strings closest to ``option`` (a misspelling), best first;
+    ``extra``: more known option strings (an entry script's own flags).
 
     ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first; otherwise difflib's
     similarity ratio, at least 0.6, decides.
@@ -242,9 +243,10 @@ def closest_flags(option: str, n: int = 3) -> list[str]:
     normalized = "--" + name.lstrip("-").replace("_", "-")
     found: list[str] = []
     for candidate in (name, normalized):
-        if candidate in table and candidate not in found:
+        if (candidate in table or candidate in extra) and candidate not in found:
             found.append(candidate)
-    for match in close_matches(normalized, table.option_strings(), n=n + len(found), fold_case=False):
+    known = table.option_strings() + tuple(extra) if extra else table.option_strings()
+    for match in close_matches(normalized, known, n=n + len(found), fold_case=False):
         if match not in found:
             found.append(match)
     return found[:n]

@@ -89,15 +89,24 @@ def model_lines(m) -> list[tuple[str, str]]:
     return rows
 
 
+def _family_line(family) -> str:
+    """The model family line: ``model family: gpt (the entry script pretrain_gpt.py, ...)``."""
+    return f"  model family: {family.name} ({family.source})"
+
+
 def _text_block(verdict: Verdict) -> str:
     lines = [f"{verdict.source}:"]
     if verdict.estimate is None:
+        if verdict.family is not None and verdict.family.name != "gpt":
+            lines.append(_family_line(verdict.family))
         lines.append(f"  invalid input, {len(verdict.problems)} problem{'s' if len(verdict.problems) != 1 else ''}:")
         for problem in verdict.problems:
             lines.append(f"  error: {problem.location}: {problem.message} [{problem.code}]")
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
+    if verdict.family is not None:
+        lines.append(_family_line(verdict.family))
     if e.model is not None:
         lines += [f"  {key}: {text}" for key, text in model_lines(e.model)]
     lines.append(f"  parameters: {e.total_parameters:,}")
@@ -176,6 +185,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "total_parameters": e.total_parameters if e else None,
         "problems": [p.to_json() for p in verdict.problems],
         "assumptions": [a.to_json() for a in e.assumptions] if e else [],
+        "model": verdict.family.to_json() if verdict.family is not None else None,
     }
     found = verdict.suggestions
     if found is not None:            # a refusal the caller asked suggestions for
@@ -196,6 +206,9 @@ def render_markdown(verdicts: Sequence[Verdict]) -> str:
     for v in verdicts:
         out.append(f"### {v.source}: {v.status.replace('_', ' ')}")
         out.append("")
+        if v.family is not None and (v.estimate is not None or v.family.name != "gpt"):
+            out.append(f"Model family: {v.family.name} ({v.family.source}).")
+            out.append("")
         if v.estimate is None:
             for p in v.problems:
                 out.append(f"- `{p.location}`: {p.message} (`{p.code}`)")

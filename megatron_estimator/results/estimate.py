@@ -67,6 +67,8 @@ class Verdict:
     notes: tuple[str, ...] = field(default=())
     # results.suggestion.Suggestions on a refusal, when the caller asked for them (api.evaluate)
     suggestions: Any = field(default=None, compare=False)
+    # inputs.entry_script.ModelFamily: the model family the entry script and flags say (None: not read)
+    family: Any = None
 
     @property
     def status(self) -> str:
