@@ -59,13 +59,15 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      locations: Sequence[str] | None = None, source: str = "command line",
                      entry_script: str | None = None, entry_location: str = "<command>",
                      entry_is_module: bool = False, entry_dirs: Sequence[str] = (),
-                     accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                     accept_flags: Sequence[str] = (), opaque: Sequence[int] = ()
+                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags).
 
     ``entry_script``: the script they follow (named at ``entry_location``; a relative path is
     looked for under ``entry_dirs``): its own flags are read from it when it is readable
     (inputs/entry_script.py ``read_entry_argv``).  ``accept_flags``: option strings accepted
-    as the entry script's own (the ``accept-flags`` setting)."""
+    as the entry script's own (the ``accept-flags`` setting).  ``opaque``: the indexes of tokens
+    not known statically (a launch script's, reported or noticed already; ``read_megatron_argv``)."""
     from megatron_estimator.inputs.argv import read_megatron_argv
 
     yaml_path = None
@@ -96,9 +98,11 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
 
         raw, problems, entry = read_entry_argv(list(argv), script=entry_script, script_location=entry_location,
                                                is_module=entry_is_module, base_dirs=entry_dirs,
-                                               locations=locations, source=source, accepted=accept_flags)
+                                               locations=locations, source=source, accepted=accept_flags,
+                                               opaque=opaque)
         return TrainingInput(raw, source=source, entry=entry), tuple(problems)
-    reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags)
+    reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,
+                                 opaque=opaque)
     return TrainingInput(reading.raw, source=source), reading.problems
 
 
@@ -208,8 +212,10 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                                           entry_script=loaded.entry_script,
                                           entry_location=loaded.entry_location or loaded.launch_location or name,
                                           entry_is_module=loaded.entry_is_module,
-                                          entry_dirs=base_directories(env, name), accept_flags=accept_flags)
+                                          entry_dirs=base_directories(env, name), accept_flags=accept_flags,
+                                          opaque=tuple(loaded.opaque_flags))
     return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source,
+                    notes=loaded.notes + inp.notes,
                     environment=loaded.environment, job_environment=loaded.job_environment,
                     world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
             loaded.problems + flag_problems)

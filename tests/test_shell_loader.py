@@ -250,7 +250,7 @@ def test_srun_options_resolved_through_variables(tmp_path):
 
 # ---- what cannot be resolved statically ---------------------------------------------------
 
-def test_unresolved_values_are_problems_never_guesses():
+def test_unresolved_values_are_problems_where_they_matter_and_notices_elsewhere():
     path = fixture("unresolved.sh")
     launch, problems = load("unresolved.sh")
     assert launch.world_size is None
@@ -261,20 +261,25 @@ def test_unresolved_values_are_problems_never_guesses():
                              "${LAYER_ARGS[@]}", "--load", "$1"]
     unresolved = [t.text for t in launch.megatron_tokens if t.unresolved]
     assert unresolved == ["$NUM_LAYERS", "/ckpt/$(hostname)", "${LAYER_ARGS[@]}", "$1"]
+    # --num-layers decides the model, an array of unknown flags may be any flag, the world size
+    # decides the layout: problems.  --save and --load are locations: notices.
     assert problems == (
         Problem("unresolved-variable", f"{path}:12 NUM_LAYERS",
                 "NUM_LAYERS is not set in the script or the environment (bash would expand it to nothing)"),
-        Problem("unsupported-shell-construct", f"{path}:5 $(hostname)",
-                "`$(hostname)` runs `hostname`; its output cannot be known without running it; "
-                f"the launch at {path}:14 gets `/ckpt/$(hostname)` from it"),
         Problem("unsupported-shell-construct", f"{path}:7 LAYER_ARGS",
                 f"LAYER_ARGS is built in the `while` loop at {path}:7, whose iterations cannot be known statically; "
                 f"the launch at {path}:15 gets `${{LAYER_ARGS[@]}}` from it"),
-        Problem("unresolved-variable", f"{path}:16 $1",
-                "$1 is the script's argument 1, which was not given (bash would expand it to nothing)"),
         Problem("unresolved-variable", f"{path}:4 SLURM_NNODES",
                 "SLURM_NNODES is not set in the script or the environment (bash would expand it to nothing); "
                 f"the launch at {path}:11 gets `${{SLURM_NNODES}}` from it (it decides the world size)"),
+    )
+    assert launch.notices == (
+        f"{path}:5 $(hostname): `$(hostname)` runs `hostname`; its output cannot be known without running it; "
+        f"--save at {path}:14 gets `/ckpt/$(hostname)` from it (checkpointing: it changes neither validation nor "
+        "memory); the check goes on without it",
+        f"{path}:16 $1: $1 is the script's argument 1, which was not given (bash would expand it to nothing); "
+        f"--load at {path}:16 gets `$1` from it (a location the job reads on its own machines, not this check); "
+        "the check goes on without it",
     )
 
 
@@ -283,7 +288,8 @@ def test_unresolved_become_resolved_when_the_environment_gives_them():
     launch, problems = load("unresolved.sh", {"SLURM_NNODES": "2", "NUM_LAYERS": "24"}, script_args=("/ckpt/x",))
     assert (launch.world_size, launch.world_size_source) == (
         16, f"torchrun --nproc_per_node 8 ({path}:11) x --nnodes 2 ({path}:11)")
-    assert [p.location.rsplit(" ", 1)[-1] for p in problems] == ["$(hostname)", "LAYER_ARGS"]
+    assert [p.location.rsplit(" ", 1)[-1] for p in problems] == ["LAYER_ARGS"]
+    assert [n.split(":", 2)[1] for n in launch.notices] == ["5 $(hostname)"]   # --save: a notice
     assert flags(launch)[:2] == ["--num-layers", "24"]
 
 
@@ -310,9 +316,11 @@ def test_required_variable_and_brace_expansion(tmp_path):
         Problem("unresolved-variable", f"{path}:1 LAYERS",
                 "the script requires LAYERS (`${LAYERS:?set LAYERS}`: set LAYERS) and it is not set; "
                 "bash would stop the script here"),
-        Problem("unsupported-shell-construct", f"{path}:1 {{1,2}}",
-                "`{1,2}` uses brace expansion, which this tool does not do"),
     )
+    # --split is data loading: its unknown value is a notice
+    assert launch.notices == (
+        f"{path}:1 {{1,2}}: `{{1,2}}` uses brace expansion, which this tool does not do; --split at {path}:1 gets "
+        "`{1,2}` from it (data loading: it changes neither validation nor memory); the check goes on without it",)
 
 
 def test_value_decided_by_an_unknown_condition(tmp_path):
@@ -577,7 +585,7 @@ def test_constructs_around_the_launch_are_read(tmp_path):
     assert launch.location == f"{path}:16"
 
 
-def test_the_scripts_own_arguments_are_a_problem_where_they_reach_the_launch(tmp_path):
+def test_the_scripts_own_arguments_not_given_are_none(tmp_path):
     path = script(tmp_path, """
         #!/bin/bash
         run_it() { echo "$@"; }
@@ -585,9 +593,13 @@ def test_the_scripts_own_arguments_are_a_problem_where_they_reach_the_launch(tmp
         torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 "$@"
         """)
     launch, problems = load_launch_script(path, {})
-    assert [(p.code, p.location) for p in problems] == [("unresolved-variable", f"{path}:4 $@")]
-    assert problems[0].message.startswith("$@ passes on the arguments the script is run with, which are not known")
-    assert launch.megatron_argv == ("--num-layers", "2")       # "$@" is no flag value
+    # Not given, the arguments are none, as bash has them: a notice, no problem.
+    assert problems == ()
+    assert launch.megatron_argv == ("--num-layers", "2")
+    assert launch.notices == (
+        f"{path}:4 $@: $@ passes on the arguments the script is run with, which are not known here (bash would "
+        "pass none when it runs without arguments); give them with --script-arg; "
+        f"the launch at {path}:4 gets no word from `$@`",)
     # Given the arguments, they are the launch's.
     launch, problems = load_launch_script(path, {}, script_args=["--hidden-size", "64"])
     assert problems == ()
@@ -605,3 +617,52 @@ def test_a_world_size_given_by_the_caller_needs_no_launcher_count(tmp_path):
     assert problems == ()
     launch, problems = load_launch_script(path, {}, script_args=["4"])
     assert problems == () and launch.world_size == 32
+
+
+def test_megatron_example_style_script_arguments_and_optional_flags_are_notices(tmp_path):
+    # The idioms of Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh: paths from
+    # $1.., an optional ${EXTRA_ARGS}, a save location stamped with $(date +%s).
+    path = script(tmp_path, """
+        CHECKPOINT_PATH=$1 #<Specify path>
+        VOCAB_FILE=$3
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --use-mcore-models ${EXTRA_ARGS} \\
+            --save /ckpt/$(date +%s) --load $CHECKPOINT_PATH --vocab-file $VOCAB_FILE --train-iters $ITERS
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert problems == ()
+    # the unset ${EXTRA_ARGS} is no word: it is not the value of --use-mcore-models
+    assert launch.megatron_argv == ("--num-layers", "2", "--use-mcore-models", "--save", "/ckpt/$(date +%s)",
+                                    "--load", "$1", "--vocab-file", "$3", "--train-iters", "$ITERS")
+    assert [n.split(": ", 1)[0] for n in launch.notices] == [
+        f"{path}:3 EXTRA_ARGS", f"{path}:4 $(date +%s)", f"{path}:1 $1", f"{path}:2 $3", f"{path}:4 ITERS"]
+    assert launch.notices[0] == (
+        f"{path}:3 EXTRA_ARGS: EXTRA_ARGS is not set in the script or the environment (bash would expand it to "
+        f"nothing); the launch at {path}:3 gets no word from `${{EXTRA_ARGS}}`")
+    assert launch.opaque_indexes == frozenset({4, 6, 8, 10})
+
+
+def test_an_unknown_value_that_decides_the_model_stays_one_problem(tmp_path):
+    path = script(tmp_path, """
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $NL --hidden-size 64
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert problems == (Problem("unresolved-variable", f"{path}:1 NL",
+                                "NL is not set in the script or the environment (bash would expand it to nothing)"),)
+    # read as flags, the value is neither converted (a second error) nor missing (a third)
+    from megatron_estimator.api import input_from_file
+
+    inp, all_problems = input_from_file(path, environ={})
+    assert [p.code for p in all_problems] == ["unresolved-variable"]
+    assert inp.raw.opaque == frozenset({"num_layers"})
+
+
+def test_set_u_makes_an_unset_variable_unknown_not_empty(tmp_path):
+    path = script(tmp_path, """
+        set -euo pipefail
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 ${EXTRA_ARGS}
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert problems == (Problem(
+        "unresolved-variable", f"{path}:2 EXTRA_ARGS",
+        f"EXTRA_ARGS is not set in the script or the environment; the script runs `set -u` ({path}:1), so bash "
+        "would stop here unless it is set when the job runs"),)

@@ -79,7 +79,7 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: s
         else:
             problems.append(Problem("invalid-value", location, error.message))
     for dest in schema.get("required", ()):
-        if namespace.get(dest) is None:
+        if namespace.get(dest) is None and dest not in raw.opaque:
             flag = "--" + dest.replace("_", "-")
             location = raw.location(dest)
             message = REQUIRED_MESSAGES.get(dest, f"{flag} is required")

@@ -101,12 +101,15 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
 
 def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
                        source: str = "command line", script_flags: Sequence[FlagSpec] = (),
-                       accepted: Collection[str] = ()) -> ArgvReading:
+                       accepted: Collection[str] = (), opaque: Collection[int] = ()) -> ArgvReading:
     """``parse_megatron_argv`` with the flags an entry script adds to Megatron's parser
     (``script_flags``, read by ``inputs.script_flags``: parsed with their own arity and
     choices, their values checked but not kept, since Megatron's model does not read them) and
     option strings ``accepted`` as the script's own without knowing their arity (each takes
-    the values up to the next option, as argparse sets unrecognized arguments aside)."""
+    the values up to the next option, as argparse sets unrecognized arguments aside).
+    ``opaque``: the indexes of tokens whose text is not known statically (a launch script's
+    ``$CKPT``, already reported or noticed): a flag's value among them is taken as argparse
+    would, and kept only when it converts; a flag left without a value is in ``RawArgs.opaque``."""
     tokens = list(argv)
     if locations is not None and len(locations) != len(tokens):
         raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
@@ -117,6 +120,7 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
                                             if o not in table}
     extra = frozenset(script_specs) | frozenset(accepted)
     unknown: list[UnknownFlag] = []
+    unknown_dests: set[str] = set()
 
     def where(index: int, spelled: str | None) -> str:
         if locations is not None:
@@ -242,6 +246,17 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
                 continue
             values = tokens[start:i]
 
+        indexes = [option_index] if explicit is not None else list(range(i - len(values), i))
+        if any(k in opaque for k in indexes):
+            try:
+                converted_values = [convert_value(spec, text) for text in values]
+            except (FlagChoiceError, FlagValueError):
+                unknown_dests.add(spec.dest)       # given, but its value is not known here
+                continue
+            if spec.conditional != SCRIPT_CONDITION:
+                settings[spec.dest] = RawSetting(spec.dest, (converted_values[0] if converted_values else spec.const)
+                                                 if nargs in (None, "?") else converted_values, location)
+            continue
         converted: list[Any] = []
         for text in values:
             try:
@@ -261,7 +276,8 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
         if spec.conditional != SCRIPT_CONDITION:
             settings[spec.dest] = RawSetting(spec.dest, value, location)
 
-    return ArgvReading(RawArgs(settings, source), problems.problems, tuple(unknown))
+    return ArgvReading(RawArgs(settings, source, opaque=frozenset(unknown_dests - set(settings))),
+                       problems.problems, tuple(unknown))
 
 
 def _best_suggestions(option: str, extra: Sequence[str] = ()) -> list[str]:

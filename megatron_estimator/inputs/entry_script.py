@@ -178,7 +178,7 @@ def find_script_file(script: str, is_module: bool, base_dirs: Sequence[str]) -> 
 
 def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, is_module: bool = False,
                     base_dirs: Sequence[str] = (), locations: Sequence[str] | None = None,
-                    source: str = "command line", accepted: Collection[str] = ()
+                    source: str = "command line", accepted: Collection[str] = (), opaque: Collection[int] = ()
                     ) -> tuple[RawArgs, tuple[Problem, ...], EntryScript]:
     """The Megatron flags ``argv`` that follow the entry script ``script`` (named at
     ``script_location``): the settings, every problem, and what was learnt of the script.
@@ -191,7 +191,7 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     option strings the settings accept as the script's own."""
     known = known_script(script, is_module)
     entry = EntryScript(script, script_location, is_module)
-    first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted)
+    first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted, opaque=opaque)
     if known is not None and not first.unknown:
         return first.raw, first.problems, entry
     megatron_only = known is not None and known[0] in MEGATRON_ONLY_FLAGS
@@ -213,7 +213,7 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
                         script_flag_count=len(found.specs))
     if not first.unknown:
         return first.raw, first.problems, entry
-    second = read_megatron_argv(argv, locations=locations, source=source, script_flags=found.specs,
+    second = read_megatron_argv(argv, locations=locations, source=source, script_flags=found.specs, opaque=opaque,
                                 accepted=accepted)
     if found.incomplete is not None and not megatron_only:
         # The rest may be flags the part not read registers: not typos for certain.

@@ -27,6 +27,9 @@ class RawArgs:
     # Where a setting that was not given (or not usable) would go, in the input's own terms
     # (``train.yaml:3 model.hidden_size``); None: the flag (``--hidden-size``).
     absent: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
+    # Dests given with a value that cannot be known statically (a launch script's ``$CKPT``),
+    # already reported or noticed where it was read: not "missing".
+    opaque: frozenset = frozenset()
 
     def given(self, dest: str) -> bool:
         return dest in self.settings
@@ -47,4 +50,5 @@ class RawArgs:
         """These settings with ``other``'s laid over them (``other`` wins)."""
         settings = dict(self.settings)
         settings.update(other.settings)
-        return RawArgs(settings, other.source if other.settings else self.source, other.absent or self.absent)
+        return RawArgs(settings, other.source if other.settings else self.source, other.absent or self.absent,
+                       (self.opaque | other.opaque) - frozenset(other.settings))

@@ -38,6 +38,7 @@ class FileInput:
     # A launch: the Megatron flags it passes, still to be parsed (with --yaml-cfg honoured), and their file:line.
     flags: tuple[str, ...] | None = None
     flag_locations: tuple[str, ...] | None = None
+    opaque_flags: frozenset[int] = frozenset()   # indexes of ``flags`` not known statically (noticed or reported)
     world_size: int | None = None
     world_size_source: str | None = None
     world_size_unknown: Problem | None = None  # the problem when the world size is needed and not known
@@ -135,7 +136,8 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
         unknown = Problem("unknown-world-size", script.location,
                           f"the world size is not known ({script.world_size_source}); pass --world-size")
     return FileInput(problems=tuple(problems), flags=tuple(script.megatron_argv),
-                     flag_locations=tuple(script.megatron_locations), world_size=script.world_size,
+                     flag_locations=tuple(script.megatron_locations), opaque_flags=script.opaque_indexes,
+                     notes=script.notices, world_size=script.world_size,
                      world_size_source=script.world_size_source, world_size_unknown=unknown,
                      environment=script.environment_dict, job_environment=True, launch_location=script.location,
                      entry_script=script.command.script, entry_location=_entry_location(script),

@@ -171,6 +171,14 @@ def _b_unset(interp, fields, node, env):
     return 0
 
 
+def _set_option(interp, name: str, on: bool, node) -> None:
+    """``set -o NAME`` / ``set +o NAME``: the options that change what the reader does."""
+    if name == "allexport":
+        interp.state.allexport = on
+    elif name == "nounset":
+        interp.state.nounset = node.origin if on else None
+
+
 def _b_set(interp, fields, node, env):
     args = fields[1:]
     k = 0
@@ -180,16 +188,18 @@ def _b_set(interp, fields, node, env):
             interp.state.positional = list(args[k + 1:])
             return 0
         if text in ("-o", "+o"):
-            if k + 1 < len(args) and args[k + 1].text == "allexport":
-                interp.state.allexport = text == "-o"
+            if k + 1 < len(args):
+                _set_option(interp, args[k + 1].text, text == "-o", node)
             k += 2
             continue
         if len(text) > 1 and text[0] in "-+":
             if "a" in text[1:]:
                 interp.state.allexport = text[0] == "-"
+            if "u" in text[1:]:
+                interp.state.nounset = node.origin if text[0] == "-" else None
             if "o" in text[1:]:
-                if k + 1 < len(args) and args[k + 1].text == "allexport":
-                    interp.state.allexport = text[0] == "-"
+                if k + 1 < len(args):
+                    _set_option(interp, args[k + 1].text, text[0] == "-", node)
                 k += 2
                 continue
             k += 1

@@ -45,6 +45,17 @@ class Expansion:
                                     origin)
 
     def unset_cause(self, name: str, at: Origin) -> Cause:
+        """An unset variable: bash expands it to nothing (fallback ''), unless ``set -u`` is in
+        effect, where bash would stop the script instead (no fallback: the value is unknown)."""
+        nounset = self.state.nounset
+        if nounset is not None:
+            what = f"the script's argument {name}, which was not given" if name.isdigit() else \
+                f"not set in the script or the environment"
+            message = (f"{'$' if name.isdigit() else ''}{name} is {what}; the script runs `set -u` ({nounset}), "
+                       "so bash would stop here unless it is set when the job runs")
+            if self.reader.missing_sources and not name.isdigit():
+                message += "; it may come from " + ", ".join(self.reader.missing_sources) + ", which could not be read"
+            return Cause(UNRESOLVED, at, f"${name}" if name.isdigit() else name, message)
         if name.isdigit():
             return Cause(UNRESOLVED, at, f"${name}",
                          f"${name} is the script's argument {name}, which was not given "

@@ -118,6 +118,7 @@ class Interpreter(Expansion, Conditions):
         if len({st.cwd for st in states}) > 1:
             merged.cwd = None
         merged.allexport = any(st.allexport for st in states)
+        merged.nounset = next((st.nounset for st in states if st.nounset is not None), None)
         return merged
 
     def taint(self, before: ShellState, after: ShellState, reason: str, origin: Origin, what: str) -> None:

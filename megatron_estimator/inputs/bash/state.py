@@ -37,9 +37,10 @@ class ShellState:
     cwd: str | None
     allexport: bool = False
     status: int | None = 0
+    nounset: object = None         # the Origin of the `set -u` in effect, or None
 
     def fork(self) -> "ShellState":
         return ShellState(dict(self.vars), list(self.positional) if isinstance(self.positional, list) else self.positional,
-                          dict(self.functions), self.cwd, self.allexport, self.status)
+                          dict(self.functions), self.cwd, self.allexport, self.status, self.nounset)
 
 

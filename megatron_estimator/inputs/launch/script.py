@@ -44,6 +44,8 @@ class ScriptToken:
     word_location: str             # file:line of the shell word that produced it
     unresolved: str | None = None  # why it could not be resolved (a problem says so too); text is then the source spelling
     via: str | None = None         # the inherited variables it came through: 'SLURM_NNODES=4 from #SBATCH -N 4 (job:2)'
+    empty_when_unset: bool = False  # an unquoted word of nothing but unset variables: bash drops it
+    opaque: bool = False           # a flag value not known statically (reported or noticed): not converted
 
     def __str__(self) -> str:
         return self.location
@@ -73,6 +75,7 @@ class ScriptLaunch:
     environment: tuple[ScriptEnvVar, ...]      # what the script exports / sets for the launch
     sbatch: SbatchHeaders = SbatchHeaders()
     launch_tokens: tuple[ScriptToken, ...] = ()  # every token of the command, the launcher's too
+    notices: tuple[str, ...] = ()              # unknown values that did not stop the check, each with its file:line
 
     @property
     def megatron_argv(self) -> tuple[str, ...]:
@@ -81,6 +84,11 @@ class ScriptLaunch:
     @property
     def megatron_locations(self) -> tuple[str, ...]:
         return tuple(t.location for t in self.megatron_tokens)
+
+    @property
+    def opaque_indexes(self) -> frozenset[int]:
+        """The Megatron tokens whose value is not known statically (reported or noticed already)."""
+        return frozenset(i for i, t in enumerate(self.megatron_tokens) if t.opaque)
 
     @property
     def environment_dict(self) -> dict[str, str]:
@@ -130,6 +138,7 @@ class _Loader(CommandVisitor):
         self.env_phrases: dict[str, str] = {}
         self.token_causes: dict[int, list[Cause]] = {}
         self.world_size_given = False      # the caller gives the world size: the launcher's need not resolve
+        self.notices: list[str] = []       # what could not be known and did not matter, file:line first
         self.reader = ShellReader(display, cwd, self, self.problems)
 
     # ---- what the shell reader reports ---------------------------------------------------
@@ -165,7 +174,9 @@ class _Loader(CommandVisitor):
         phrases = [f"${name} {self.env_phrases[name]}" for name in vias if name in self.env_phrases]
         if phrases:
             via = "; ".join(phrases)
-        token = ScriptToken(f.text, location, word_location, reason, via)
+        droppable = (f.uncertain and all(s.text == "" if s.cause is None else s.cause.fallback == "" for s in f.segs)) \
+            or (f.text in ("$@", "$*") and bool(causes) and all(c.subject == f.text and c.fallback == "" for c in causes))
+        token = ScriptToken(f.text, location, word_location, reason, via, droppable)
         if causes:
             self.token_causes[id(token)] = list(causes)
         return token
@@ -289,18 +300,52 @@ class _Loader(CommandVisitor):
             return
         self.problems.add(cause.code, location, message)
 
+    def judge_unknowns(self, megatron: Sequence[ScriptToken]) -> tuple[ScriptToken, ...]:
+        """The Megatron tokens as the launch passes them: each unknown part is a problem where
+        it reaches a value that changes validation or memory, a notice elsewhere
+        (``launch.unknowns``); an unset variable in the place of a flag is no word at all."""
+        from megatron_estimator.inputs.launch.unknowns import token_roles, why_irrelevant
+
+        kept: list[ScriptToken] = []
+        for token, role in zip(megatron, token_roles([t.text for t in megatron])):
+            causes = self.token_causes.get(id(token), ())
+            if not causes:
+                kept.append(token)
+                continue
+            unset = all(c.fallback == "" for c in causes)
+            if role.spec is not None and unset and token.empty_when_unset and role.spec.nargs in ("*", "+"):
+                role = replace(role, spec=None)     # one of a list of values: bash drops it, the list stays
+            if role.spec is None:
+                if unset and token.empty_when_unset:
+                    for cause in causes:
+                        self.notice(cause, f"the launch at {token.word_location} gets no word from `{token.text}`")
+                    continue
+                for cause in causes:
+                    self.cause_problem(cause, token, "token")
+                kept.append(token)
+                continue
+            why = why_irrelevant(role.spec)
+            if why is None:
+                for cause in causes:
+                    self.cause_problem(cause, token, "token")
+            else:
+                for cause in causes:
+                    self.notice(cause, f"{role.option} at {token.word_location} gets `{token.text}` from it ({why}); "
+                                       "the check goes on without it")
+            kept.append(replace(token, opaque=True))
+        return tuple(kept)
+
+    def notice(self, cause: Cause, consequence: str) -> None:
+        text = f"{cause.origin} {cause.subject}: {cause.message}; {consequence}"
+        if text not in self.notices:
+            self.notices.append(text)
+
     def build(self, cand: _Candidate, sbatch: SbatchHeaders) -> ScriptLaunch:
         command = cand.command
         tokens: tuple[ScriptToken, ...] = cand.tokens
         self.problems.extend(cand.problems)
         script_index = command.script_index
-        megatron = tokens[script_index + 1:] if script_index is not None else ()
-        for token in megatron:
-            for cause in self.token_causes.get(id(token), ()):
-                self.cause_problem(cause, token, "token")
-        # An unknown "$@" stands for any number of words: reported above, it is no flag value.
-        megatron = tuple(t for t in megatron if not (t.text in ("$@", "$*") and any(
-            c.subject == t.text for c in self.token_causes.get(id(t), ()))))
+        megatron = self.judge_unknowns(tokens[script_index + 1:] if script_index is not None else ())
         for index in () if self.world_size_given else command.world_size_tokens:
             if index < len(tokens):
                 for cause in self.token_causes.get(id(tokens[index]), ()):
@@ -337,6 +382,7 @@ class _Loader(CommandVisitor):
             environment=tuple(environment.values()),
             sbatch=sbatch,
             launch_tokens=tuple(tokens),
+            notices=tuple(self.notices),
         )
 
 
