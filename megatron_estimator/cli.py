@@ -369,6 +369,12 @@ def cmd_check(ns, environ) -> int:
                                  **_estimate_options(settings)))
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
         _emit(_render(verdicts, fmt), sys.stdout)
+    unchecked = [v.source for v in verdicts if v.estimate is not None and v.estimate.budget_bytes is None]
+    if unchecked:
+        # A gate without a budget is never silently green (the pre-commit hook runs check).
+        _emit(f"megatron-estimator check: warning: no budget given (--budget, --gpu, MEGATRON_ESTIMATOR_BUDGET or "
+              f"[tool.megatron-estimator] budget / gpu): {', '.join(unchecked)} estimated but not checked "
+              "against GPU memory\n", sys.stderr)
     return max((v.exit_code for v in verdicts), default=EXIT_FITS)
 
 

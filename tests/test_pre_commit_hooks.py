@@ -301,3 +301,37 @@ def test_a_mixed_yaml_and_a_script_naming_training_only_in_comments(training_rep
     assert result.stderr.splitlines() == [
         "megatron-estimator check: skipped scripts/helper.sh: launches no Megatron training "
         "(no pretrain*.py, --num-layers, --hidden-size, --num-attention-heads or --yaml-cfg in it)"]
+
+
+# A model config fragment that a launch script sources: it sets flags and launches nothing.
+MODEL_FRAGMENT = """\
+# conf/llama3_8b.sh: sourced by the launch scripts
+MODEL_ARGS=(
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32
+    --group-query-attention --num-query-groups 8
+)
+SEQ_LEN=8192
+"""
+
+
+def test_sourced_flag_fragments_are_passed_over(training_repo):
+    write(training_repo, "conf/llama3_8b.sh", MODEL_FRAGMENT)
+    result = run_hook(["conf/llama3_8b.sh"], cwd=training_repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        "megatron-estimator check: skipped conf/llama3_8b.sh: launches nothing: it sets Megatron flags for a "
+        "script that sources it (no launcher, python or pretrain*.py in it)"]
+    assert result.stdout == ""
+
+
+def test_without_a_budget_the_hook_warns_and_passes(tmp_path):
+    (tmp_path / ".git").mkdir()            # a repository with no budget anywhere
+    write(tmp_path, "configs/llama3-8b.yaml", (REPO / "examples" / "llama3-8b.yaml").read_text())
+    result = run_hook(["configs/llama3-8b.yaml"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == (
+        "megatron-estimator check: warning: no budget given (--budget, --gpu, MEGATRON_ESTIMATOR_BUDGET or "
+        "[tool.megatron-estimator] budget / gpu): configs/llama3-8b.yaml estimated but not checked against GPU "
+        "memory\n")
+    assert ("  verdict: NOT CHECKED against a budget: none given (--budget, --gpu, MEGATRON_ESTIMATOR_BUDGET or "
+            "the settings file's budget / gpu); peak ") in result.stdout

@@ -158,6 +158,11 @@ _TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
                          r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
 
 
+# A word that starts a process that could be the training launch (a fragment has none).
+_LAUNCH_WORD = (r"(?<![\w./-])(?:torchrun|srun|mpirun|mpiexec|deepspeed|ft_launcher|python[\d.]*|sbatch|"
+                r"torch\.distributed\.run|bash|sh|exec|eval)(?![\w.-])")
+
+
 def _launch_script_skip_reason(path) -> str | None:
     with open(path, encoding="utf-8", errors="replace") as handle:
         # Comments say nothing about what the script runs.
@@ -166,6 +171,9 @@ def _launch_script_skip_reason(path) -> str | None:
     if re.search(_TRAINING_LAUNCH_MARK, code) is None:
         return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
                "--num-attention-heads or --yaml-cfg in it)"
+    if re.search(r"pretrain\w*\.py\b", code) is None and re.search(_LAUNCH_WORD, code) is None:
+        return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
+               "or pretrain*.py in it)"
     return None
 
 

@@ -130,7 +130,9 @@ def _text_block(verdict: Verdict) -> str:
     for a in e.assumptions:
         lines.append(f"  - {a.text}")
     if e.fits is None:
-        lines.append(f"  verdict: peak {gib(peak.device_peak_bytes)} GiB on stage {peak.pipeline_rank} (no budget given)")
+        lines.append(f"  verdict: NOT CHECKED against a budget: none given (--budget, --gpu, MEGATRON_ESTIMATOR_BUDGET "
+                     f"or the settings file's budget / gpu); peak {gib(peak.device_peak_bytes)} GiB on stage "
+                     f"{peak.pipeline_rank}")
     elif e.fits:
         lines.append(f"  verdict: FITS: peak {gib(peak.device_peak_bytes)} GiB on stage {peak.pipeline_rank}, "
                      f"{gib(peak.headroom_bytes)} GiB headroom")
