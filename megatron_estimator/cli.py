@@ -180,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
                         "repeated in order; without any, $1... are unset, as bash has them, and a \"$@\" "
                         "reaching the launch is a problem")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE [-- MEGATRON_FLAGS]",
+                   help="the files; Megatron flags after '--' are added to (and override) each file's settings, "
+                        "as on the training script's command line (check config.json -- --seq-length 4096 ...)")
 
     p = sub.add_parser("plan", help="search the parallel layouts that fit the budget, best first",
                        description="Enumerate the layouts Megatron accepts for the model on --world-size GPUs "
@@ -363,6 +365,8 @@ def cmd_check(ns, environ) -> int:
         inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
                                              world_size_given=ns.world_size is not None,
                                              accept_flags=settings.accept_flags)
+        if getattr(ns, "megatron_flags", None):
+            inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
         world, world_source, _ = world_size_for(inp, ns.world_size)
         verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
                                  environ=environ, problems=file_problems, suggest=True,
@@ -376,6 +380,18 @@ def cmd_check(ns, environ) -> int:
               f"[tool.megatron-estimator] budget / gpu): {', '.join(unchecked)} estimated but not checked "
               "against GPU memory\n", sys.stderr)
     return max((v.exit_code for v in verdicts), default=EXIT_FITS)
+
+
+def _with_flags(inp, problems, flags, environ, settings):
+    """A file's input with the Megatron flags given after ``check ... --`` laid over it, as they
+    would be on the training script's command line (later flags win)."""
+    from dataclasses import replace
+
+    from megatron_estimator.api import input_from_flags
+
+    given, flag_problems = input_from_flags(list(flags), environ=environ, source="the flags after --",
+                                            accept_flags=settings.accept_flags)
+    return replace(inp, raw=inp.raw.merged(given.raw)), tuple(problems) + tuple(flag_problems)
 
 
 def _plan_model(ns) -> tuple[str | None, list[str]]:
@@ -463,7 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"megatron-estimator {__version__}\n")
         return EXIT_FITS
     parser = build_parser()
+    extra_flags: list[str] = []
+    if argv[:1] == ["check"] and "--" in argv:     # check FILE... -- MEGATRON_FLAGS
+        cut = argv.index("--")
+        argv, extra_flags = argv[:cut], argv[cut + 1:]
     ns = parser.parse_args(argv)
+    if ns.command == "check":
+        ns.megatron_flags = extra_flags
     if ns.command is None:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
