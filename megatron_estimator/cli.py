@@ -173,13 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pass over files that are not training inputs instead of calling them invalid "
                         "(for pre-commit and globs): YAML or JSON in none of the formats above, and "
                         "scripts that name no pretrain*.py and none of --num-layers, --hidden-size, "
-                        "--num-attention-heads, --yaml-cfg. Each is named on stderr and left out of the "
+                        "--num-attention-heads, --yaml-cfg, and flag fragments that start no program. Each is named on stderr and left out of the "
                         "report; a training input that is broken is still invalid")
     _accept_flags_option(p)
     p.add_argument("--script-arg", action="append", metavar="ARG",
                    help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
-                        "repeated in order; without any, $1... are unset, as bash has them, and a \"$@\" "
-                        "reaching the launch is a problem")
+                        "repeated in order; without any, $1... are unset and \"$@\" is empty, as bash has "
+                        "them (a notice where they reach the launch)")
     p.add_argument("files", nargs="+", metavar="FILE [-- MEGATRON_FLAGS]",
                    help="the files; Megatron flags after '--' are added to (and override) each file's settings, "
                         "as on the training script's command line (check config.json -- --seq-length 4096 ...)")
