@@ -666,3 +666,31 @@ def test_set_u_makes_an_unset_variable_unknown_not_empty(tmp_path):
         "unresolved-variable", f"{path}:2 EXTRA_ARGS",
         f"EXTRA_ARGS is not set in the script or the environment; the script runs `set -u` ({path}:1), so bash "
         "would stop here unless it is set when the job runs"),)
+
+
+def test_a_guard_on_an_unset_variable_is_assumed_to_pass(tmp_path):
+    # examples/multimodal/pretrain_mistral_clip.sh and the `[ -z $1 ] && exit` idiom
+    path = script(tmp_path, """
+        if [[ -z $WORKSPACE ]]; then
+            echo "Please set WORKSPACE"
+            exit 1
+        fi
+        [ -z "$1" ] && exit 1
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --save "$WORKSPACE/ckpt"
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert problems == ()
+    assert launch.location == f"{path}:6"
+    assert launch.notices[:2] == (
+        f"{path}:1 WORKSPACE: the script stops when `[[ -z $WORKSPACE ]]` at {path}:1 holds, which it does here "
+        "only because WORKSPACE is not set; the check assumes the job sets it and goes on",
+        f"{path}:5 $1: the script stops when `[ -z \"$1\" ]` at {path}:5 holds, which it does here only because "
+        "$1 is not set; the check assumes the job sets it and goes on",
+    )
+    # a default for an unset variable is not a guard: bash's own reading stays
+    path = script(tmp_path, """
+        if [ -z "$NNODES" ]; then NNODES=2; fi
+        torchrun --nproc_per_node 8 --nnodes $NNODES pretrain_gpt.py --num-layers 2
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert (problems, launch.world_size, launch.notices) == ((), 16, ())

@@ -65,7 +65,14 @@ class Conditions:
     def cond_text(self, word) -> str | None:
         if isinstance(word, str):
             return word
-        return fallback_text(self.expand_scalar(word, tilde=True))
+        segs = self.expand_scalar(word, tilde=True)
+        self.note_unset(s.cause for s in segs if s.cause is not None)
+        return fallback_text(segs)
+
+    def note_unset(self, causes) -> None:
+        """A condition read an unset variable as '' (what bash does): kept, so that a guard that
+        would stop the script on it (``[ -z "$1" ] && exit 1``) can be assumed to pass."""
+        self.unset_in_condition.extend(c for c in causes if c.fallback == "")
 
     def cond_primary(self, tokens):
         k = self._cond_pos
@@ -132,6 +139,7 @@ class Conditions:
     def test_builtin(self, fields: list[Field], closing: bool):
         args: list[str] = []
         for f in fields[1:]:
+            self.note_unset(f.causes)
             if f.uncertain and all(c.fallback == "" for c in f.causes) and all(
                     s.cause is not None or s.text == "" for s in f.segs):
                 continue          # an unquoted unset variable: bash drops the word

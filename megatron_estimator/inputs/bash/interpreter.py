@@ -56,6 +56,7 @@ class Interpreter(Expansion, Conditions):
         self.unknown_script_args: list | None = None
         self.unknown_args_advice = ""    # added to the problem of "$@" when they are not known
         self.loop_depth = 0
+        self.unset_in_condition: list = []   # the unset variables the condition being read took as ''
 
     # ---- branching ------------------------------------------------------------------
 
@@ -151,9 +152,32 @@ class Interpreter(Expansion, Conditions):
                 status = self.run_and_or(and_or)
         return status
 
+    def guard(self, taken, other, condition: str, unset: list):
+        """A condition decided only by reading unset variables as '': when the branch it takes
+        stops the script (a guard: ``[ -z "$1" ] && exit 1``), the check cannot know whether the
+        job gets them, and assumes it does (the other branch), saying so."""
+        saved, exit_note = self.state, self.reader.exit_note
+        self.state = saved.fork()
+        try:
+            return taken()
+        except ScriptExit:
+            self.state, self.reader.exit_note = saved, exit_note
+            names = ", ".join(dict.fromkeys(c.subject for c in unset))
+            self.reader.assumed_guards.append(
+                f"{unset[0].origin} {unset[0].subject}: the script stops when {condition} holds, which it does "
+                f"here only because {names} is not set; the check assumes the job sets it and goes on")
+            return other()
+
     def run_and_or(self, node: AndOr):
+        self.unset_in_condition = []
         status = self.run_pipeline(node.first)
-        for op, pipeline in node.rest:
+        unset = list(self.unset_in_condition)
+        for n, (op, pipeline) in enumerate(node.rest):
+            if n == 0 and unset and status is not None and not self.sandbox and (
+                    (op == "&&" and status == 0) or (op == "||" and status != 0)):
+                status = self.guard(lambda p=pipeline: self.run_pipeline(p), lambda s=status: 1 - min(s, 1),
+                                    f"`{describe(node.first)}` at {node.first.origin}", unset)
+                continue
             if status is None:
                 def run_it(p=pipeline):
                     return self.run_pipeline(p)
@@ -239,7 +263,13 @@ class Interpreter(Expansion, Conditions):
                 return self.run_list(node.else_body)
             return 0
         cond, body, origin = node.clauses[k]
+        self.unset_in_condition = []
         status = self.run_list(cond)
+        unset = list(self.unset_in_condition)
+        if status is not None and unset and not self.sandbox:
+            taken = (lambda: self.run_list(body)) if status == 0 else (lambda: self.run_if(node, k + 1))
+            other = (lambda: self.run_if(node, k + 1)) if status == 0 else (lambda: self.run_list(body))
+            return self.guard(taken, other, f"`{describe(cond)}` at {origin}", unset)
         if status is None:
             reason = f"`{describe(cond)}` at {origin}"
             return self.branch([lambda: self.run_list(body), lambda: self.run_if(node, k + 1)], reason, origin)

@@ -53,6 +53,7 @@ class ShellReader:
         self.missing_sources: list[str] = []
         self.source_depth = 0
         self.exit_note: str | None = None      # 'the script exits at f:3 (because ...)', when it does
+        self.assumed_guards: list[str] = []    # guards on unset variables assumed to pass, file:line first
 
     def inherited(self, environ: Mapping[str, str], at: Origin) -> dict[str, Var]:
         """The variables a shell starts with: the environment, exported, set outside the script."""

@@ -315,6 +315,13 @@ class _Loader(CommandVisitor):
             unset = all(c.fallback == "" for c in causes)
             if role.spec is not None and unset and token.empty_when_unset and role.spec.nargs in ("*", "+"):
                 role = replace(role, spec=None)     # one of a list of values: bash drops it, the list stays
+            if role.spec is None and role.option is not None and not token.text.startswith("-"):
+                for cause in causes:     # Megatron's validation and memory never read the script's own flags
+                    self.notice(cause, f"{role.option} at {token.word_location}, a flag Megatron does not know "
+                                       f"(the entry script's own), gets `{token.text}` from it; the check goes on "
+                                       "without it")
+                kept.append(token)
+                continue
             if role.spec is None:
                 if unset and token.empty_when_unset:
                     for cause in causes:
@@ -382,7 +389,7 @@ class _Loader(CommandVisitor):
             environment=tuple(environment.values()),
             sbatch=sbatch,
             launch_tokens=tuple(tokens),
-            notices=tuple(self.notices),
+            notices=tuple(self.reader.assumed_guards) + tuple(self.notices),
         )
 
 

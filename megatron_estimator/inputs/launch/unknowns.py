@@ -33,7 +33,8 @@ _LOCATION_DESTS = frozenset({"load", "save", "tokenizer_model"})
 
 @dataclass(frozen=True)
 class TokenRole:
-    """Where a Megatron token lands: the flag whose value it is (None: the place of a flag)."""
+    """Where a Megatron token lands: the flag whose value it is (None: the place of a flag, or
+    with ``option`` a value after a flag Megatron does not know, the entry script's own)."""
 
     spec: FlagSpec | None
     option: str | None = None      # the flag as spelled
@@ -63,13 +64,13 @@ def token_roles(texts: Sequence[str]) -> list[TokenRole]:
             continue
         if text.startswith("--"):
             roles.append(TokenRole(None))
-            current, left = None, 0
+            current, spelled, left = None, option, 0     # a flag Megatron does not know: its values follow
             continue
         if current is not None and left > 0:
             roles.append(TokenRole(current, spelled))
             left -= 1
             continue
-        roles.append(TokenRole(None))
+        roles.append(TokenRole(None, spelled if current is None else None))
     return roles
 
 
