@@ -224,3 +224,49 @@ def test_an_uneven_middle_split_does_not_hide_the_virtual_stage_checks():
             "--decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 8")
     assert codes(text, 4) == [("uneven-split-invalid", "--decoder-first-pipeline-num-layers"),
                               ("uneven-split-vs-vpp", "--decoder-first-pipeline-num-layers")]
+
+
+def test_fsdp_refuses_cuda_device_max_connections_one():
+    # megatron/training/arguments.py validate_args: Megatron-FSDP and torch FSDP2 assert
+    # CUDA_DEVICE_MAX_CONNECTIONS != "1", whatever the GPU.
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
+
+    raw, problems = parse_megatron_argv((TINY_GPT + " --use-megatron-fsdp --ckpt-format fsdp_dtensor").split())
+    assert not problems
+    with pytest.raises(InvalidInput) as err:
+        resolve_config(raw, world_size=2, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, job_environment=True)
+    [problem] = err.value.problems
+    assert problem.code == "fsdp-cuda-device-max-connections"
+    assert problem.location == "CUDA_DEVICE_MAX_CONNECTIONS"
+    resolve_config(raw, world_size=2, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, job_environment=True)
+    resolve_config(raw, world_size=2, environ={}, job_environment=True)
+    # Not the job's environment (a config file): a note.
+    config = resolve_config(raw, world_size=2, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert any("--use-megatron-fsdp needs CUDA_DEVICE_MAX_CONNECTIONS unset" in n for n in config.notes)
+
+
+def test_step_batch_size_schedule_with_global_batch_size_is_refused():
+    # megatron/training/arguments.py validate_args raises ValueError for both.
+    schedule = ["--step-batch-size-schedule", "0:16 1M:32"]
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.core.problems import InvalidInput
+
+    raw, problems = parse_megatron_argv(TINY_GPT.split() + schedule)
+    assert not problems
+    base = [t for t in TINY_GPT.split()]
+    if "--global-batch-size" in base:
+        with pytest.raises(InvalidInput) as err:
+            resolve_config(raw, world_size=1, environ={})
+        assert [(p.code, p.location) for p in err.value.problems] == [
+            ("step-schedule-with-global-batch", "--global-batch-size")]
+        i = base.index("--global-batch-size")
+        del base[i:i + 2]
+    raw, problems = parse_megatron_argv(base + schedule)
+    resolve_config(raw, world_size=1, environ={})
+    raw, problems = parse_megatron_argv(base + schedule + ["--global-batch-size", "32"])
+    with pytest.raises(InvalidInput) as err:
+        resolve_config(raw, world_size=1, environ={})
+    assert [p.code for p in err.value.problems] == ["step-schedule-with-global-batch"]

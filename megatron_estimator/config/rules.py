@@ -598,6 +598,31 @@ def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
                       f"otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
 
 
+@rule
+def fsdp_device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args (main d98e8a64): Megatron-FSDP and torch
+    # FSDP2 assert CUDA_DEVICE_MAX_CONNECTIONS is not "1", on every GPU generation.
+    fsdp = next((d for d in ("use_megatron_fsdp", "use_torch_fsdp2") if ns.get(d)), None)
+    if fsdp is None or env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        return
+    launch = run.launch_location
+    yield Problem("fsdp-cuda-device-max-connections",
+                  f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
+                  f"{_flag(fsdp)} needs CUDA_DEVICE_MAX_CONNECTIONS unset or above 1; the environment sets "
+                  "it to 1 and Megatron stops")
+
+
+@rule
+def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args (main d98e8a64): a step batch-size schedule
+    # and an explicit --global-batch-size cannot both be given (ValueError).
+    if ns.get("step_batch_size_schedule") is not None and raw.given("global_batch_size") \
+            and ns.get("global_batch_size") is not None:
+        yield Problem("step-schedule-with-global-batch", raw.location("global_batch_size"),
+                      "--global-batch-size cannot be combined with --step-batch-size-schedule "
+                      "(the schedule sets the global batch size)")
+
+
 def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext = RunContext()) -> list[Problem]:
     problems: list[Problem] = []
     for check in RULES:
