@@ -119,6 +119,21 @@ def select_release(chosen: ChosenRelease | None) -> None:
     _chosen = _DEFAULT if chosen is None else chosen
 
 
+class using_release:
+    """``with using_release("0.16.1"):`` checks against that release inside the block only."""
+
+    def __init__(self, label: str, source: str = "using_release"):
+        self._chosen = release_of(label, source)
+
+    def __enter__(self) -> ChosenRelease:
+        self._saved = _chosen
+        select_release(self._chosen)
+        return self._chosen
+
+    def __exit__(self, *exc) -> None:
+        select_release(self._saved)
+
+
 def chosen_release() -> ChosenRelease:
     return _chosen
 
