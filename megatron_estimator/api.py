@@ -634,3 +634,54 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
         suggested = comparison.suggest_settings(log, ranks, count, overheads.cuda_context_bytes,
                                                 overheads.nccl_bytes_per_communicator, overheads.fragmentation)
     return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))
+
+
+def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
+                            launch: Sequence[str] | None = None, select: bool = True):
+    """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
+    ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
+    tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry);
+    ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``; else the newest supported release.  The installed
+    megatron-core is not consulted: the checking environment need not be the job's.  With
+    ``select`` it becomes the release every later lookup answers for.  Raises ``ValueError``
+    (``UnknownRelease``) naming the supported releases."""
+    from megatron_estimator.megatron.releases import (
+        ENV_VAR, chosen_release, package_info_in_tree, read_package_info, release_of, select_release)
+
+    environ = os.environ if environ is None else environ
+    chosen = None
+    if given:
+        chosen = release_of(given, "--megatron-version")
+    if chosen is None:
+        for path in _package_info_candidates(launch or (), environ):
+            version = read_package_info(path)
+            if version:
+                chosen = release_of(version, path)
+                break
+    if chosen is None and environ.get(ENV_VAR):
+        chosen = release_of(environ[ENV_VAR], ENV_VAR)
+    select_release(chosen) if select else None
+    return chosen if chosen is not None else chosen_release()
+
+
+def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):
+    from megatron_estimator.megatron.releases import package_info_in_tree
+
+    seen = set()
+    for token in launch:
+        if not isinstance(token, str) or not token.endswith(".py"):
+            continue
+        directory = os.path.dirname(os.path.abspath(token))
+        for _ in range(3):                       # the script's folder and two above (examples/x/)
+            if directory not in seen:
+                seen.add(directory)
+                found = package_info_in_tree(directory)
+                if found:
+                    yield found
+            directory = os.path.dirname(directory)
+    for entry in environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in seen:
+            seen.add(entry)
+            found = package_info_in_tree(entry)
+            if found:
+                yield found

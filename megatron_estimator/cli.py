@@ -105,6 +105,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--format", choices=("text", "json", "markdown"), help="report format (default text)")
     group.add_argument("--world-size", type=int, metavar="N",
                        help="world size; overrides the launcher, WORLD_SIZE and config files")
+    group.add_argument("--megatron-version", metavar="X.Y[.Z]",
+                       help="the job's Megatron-LM release (0.14 to 0.19, or main); default: read from "
+                            "the launched Megatron-LM tree, else $MEGATRON_ESTIMATOR_MEGATRON_VERSION, "
+                            "else the newest supported (main)")
     over = parser.add_argument_group("overhead assumptions (outside the allocator)")
     over.add_argument("--cuda-context", metavar="SIZE", help="CUDA context per GPU (default 512MiB)")
     over.add_argument("--nccl-buffers", metavar="SIZE", help="NCCL buffers per communicator (default 512MiB)")
@@ -469,6 +473,21 @@ def cmd_compare(ns, environ) -> int:
     return result.exit_code
 
 
+def _choose_release(ns, environ) -> None:
+    """The Megatron release every later lookup answers for, first match wins: --megatron-version,
+    the package_info.py of the Megatron-LM tree holding the launched script (or on the job's
+    PYTHONPATH), $MEGATRON_ESTIMATOR_MEGATRON_VERSION, else the newest supported release."""
+    from megatron_estimator.api import choose_megatron_release
+
+    try:
+        chosen = choose_megatron_release(getattr(ns, "megatron_version", None), environ,
+                                         launch=getattr(ns, "launch", None) or getattr(ns, "files", None))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if chosen.warning:
+        sys.stderr.write(f"megatron-estimator: warning: {chosen.warning}\n")
+
+
 COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan,
             "compare": cmd_compare}
 
@@ -490,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
     try:
+        _choose_release(ns, os.environ)
         return COMMANDS[ns.command](ns, os.environ)
     except UsageError as err:
         sys.stderr.write(f"megatron-estimator {ns.command}: error: {err}\n")

@@ -382,7 +382,9 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
     if ns.get("fp32_residual_connection") and not (ns.get("fp16") or ns.get("bf16")):
         yield Problem("fp32-residual-needs-half", raw.location("fp32_residual_connection"),
                       "--fp32-residual-connection needs --fp16 or --bf16")
-    if ns.get("cross_entropy_loss_fusion") and ns.get("cross_entropy_fusion_impl") == "te":
+    if (ns.get("cross_entropy_loss_fusion") and ns.get("cross_entropy_fusion_impl") == "te"
+            and _release_rule("te_cross_entropy_fusion_rejected") == "1"):
+        # arguments.py validate_args from 168cb15d70 (0.19.0); legal before (megatron_behaviour.tsv)
         yield Problem("te-cross-entropy-disabled", raw.location("cross_entropy_fusion_impl"),
                       "Megatron disables Transformer Engine's cross entropy fusion; use "
                       "--cross-entropy-fusion-impl native or drop --cross-entropy-loss-fusion")
@@ -628,3 +630,9 @@ def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
     for check in RULES:
         problems.extend(check(ns, raw, env, run))
     return problems
+
+
+def _release_rule(rule: str) -> str:
+    """The chosen Megatron release's value for ``rule`` (data/megatron_behaviour.tsv)."""
+    from megatron_estimator.megatron.behaviour import behaviour
+    return behaviour(rule)

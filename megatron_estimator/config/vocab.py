@@ -197,9 +197,18 @@ def resolve_vocabulary(
         size = vocab_size or TIKTOKEN_DEFAULT_VOCAB
         return padded(size, f"TikTokenizer with {size} entries")
     if vocab_size is not None and tokenizer_type == "NullTokenizer":
-        # megatron/training/tokenizer/tokenizer.py _NullTokenizer: the end-of-document token is
-        # id vocab_size, so the tokenizer's size (what Megatron pads) is one more.
-        return padded(vocab_size + 1, f"--vocab-size {vocab_size} + NullTokenizer's end-of-document token")
+        # megatron/core/tokenizers/text/libraries/null_tokenizer.py, per release
+        # (data/megatron_behaviour.tsv null_tokenizer_eod_extra): through 0.17 the
+        # end-of-document token is id vocab_size, so the tokenizer's size (what Megatron pads)
+        # is one more; from c9dfe34798 (0.18.0) it is --vocab-size itself.
+        from megatron_estimator.megatron.behaviour import behaviour
+        from megatron_estimator.megatron.releases import chosen_release
+
+        if behaviour("null_tokenizer_eod_extra") == "1":
+            return padded(vocab_size + 1, f"--vocab-size {vocab_size} + NullTokenizer's end-of-document token "
+                                          f"(Megatron {chosen_release().version})")
+        return padded(vocab_size, f"--vocab-size {vocab_size} (NullTokenizer, Megatron {chosen_release().version}: "
+                                  "the end-of-document token is within it)")
     if vocab_size is not None:
         return padded(vocab_size, f"--vocab-size {vocab_size}")
     if vocab_file:

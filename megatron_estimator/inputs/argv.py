@@ -186,7 +186,10 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
             else:
                 suggestions = _best_suggestions(spelled, tuple(script_specs))
                 hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
-                problem = Problem("unknown-flag", location, "unknown flag" + hint)
+                from megatron_estimator.megatron.flags import history_message
+                history = history_message(spelled)
+                text = f"unknown flag ({history})" if history else "unknown flag" + hint
+                problem = Problem("unknown-flag", location, text)
                 problems.extend((problem,))
                 unknown.append(UnknownFlag(spelled, tuple(suggestions), problem))
             # argparse lists the values after an unknown option among the unrecognized

@@ -217,10 +217,75 @@ def _typed_choices(text: str, type_name: str) -> tuple:
     return tuple(values)
 
 
-@cache
+HISTORY_FILE = "megatron_flag_history.tsv"
+
+
 def flag_table() -> FlagTable:
-    """The table of Megatron's flags, read on first use."""
-    return FlagTable.from_text(read_data_text(TABLE_FILE))
+    """The flags of the chosen Megatron release (``megatron.releases.select_release``; main
+    when none was chosen), read on first use."""
+    from megatron_estimator.megatron.releases import chosen_release
+    return flag_table_for(chosen_release().version)
+
+
+@cache
+def flag_table_for(label: str) -> FlagTable:
+    """The flags of release ``label`` (of ``data/megatron_releases.tsv``): main from
+    ``megatron_flags.tsv``, another release by expanding the interval table for it alone."""
+    if label == "main":
+        return FlagTable.from_text(read_data_text(TABLE_FILE))
+    from megatron_estimator.megatron.releases import order_of
+    at = order_of(label)
+    rows = [row[:10] for row in _history_rows() if order_of(row[10]) <= at <= order_of(row[11])]
+    return FlagTable(rows)
+
+
+@cache
+def _history_rows() -> tuple[list[str], ...]:
+    lines = read_data_text(HISTORY_FILE).splitlines()
+    start = 0
+    while lines[start].startswith("#"):
+        start += 1
+    return tuple(line.split("\t") for line in lines[start + 1:] if line)
+
+
+def flag_history(option: str) -> tuple[tuple[str, str, str], ...]:
+    """Every release interval in which ``option`` exists: ``(first, last, dest)`` rows."""
+    found = []
+    for row in _history_rows():
+        if row[0] == option or (row[1] and option in row[1].split(",")):
+            found.append((row[10], row[11], row[2]))
+    return tuple(found)
+
+
+def history_message(option: str, label: str | None = None) -> str | None:
+    """Why ``option``, unknown to release ``label`` (default: the chosen one), is known to
+    another release: "removed in 0.18.0", "needs Megatron 0.18.0 or later", or its new
+    spelling; None when no known release has it."""
+    from megatron_estimator.megatron.releases import chosen_release, labels, order_of
+
+    if label is None:
+        label = chosen_release().version
+    history = flag_history(option)
+    if not history:
+        return None
+    at = order_of(label)
+    names = labels()
+    later = [first for first, _, _ in history if order_of(first) > at]
+    earlier = [last for _, last, _ in history if order_of(last) < at]
+    where = f"Megatron {label}" if label != "main" else "Megatron main"
+    if later:
+        first = min(later, key=order_of)
+        return f"not in {where}; it needs Megatron {first} or later"
+    last = max(earlier, key=order_of)
+    removed_in = names[order_of(last) + 1]
+    message = f"not in {where}; removed in {removed_in} (last in {last})"
+    table = flag_table_for(label)
+    dests = {dest for _, _, dest in history}
+    for dest in dests:
+        spec = table.by_dest(dest)
+        if spec is not None:
+            return message + f"; it is spelled {spec.flag} now"
+    return message
 
 
 def dest_for_option(option: str) -> str | None:

@@ -94,6 +94,18 @@ def _family_line(family) -> str:
     return f"  model family: {family.name} ({family.source})"
 
 
+def _megatron_line() -> str:
+    """``  megatron: 0.16.1 (--megatron-version)``: the release the input was checked against."""
+    from megatron_estimator.megatron.releases import chosen_release
+    chosen = chosen_release()
+    return f"  megatron: {chosen.version} ({chosen.source})"
+
+
+def _megatron_json() -> dict:
+    from megatron_estimator.megatron.releases import chosen_release
+    return chosen_release().as_json()
+
+
 def _text_block(verdict: Verdict) -> str:
     lines = [f"{verdict.source}:"]
     if verdict.estimate is None:
@@ -105,6 +117,7 @@ def _text_block(verdict: Verdict) -> str:
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
+    lines.append(_megatron_line())
     if verdict.family is not None:
         lines.append(_family_line(verdict.family))
     if e.model is not None:
@@ -178,6 +191,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
     doc = {
         "source": verdict.source,
         "status": verdict.status,
+        "megatron": _megatron_json(),
         "budget_bytes": e.budget_bytes if e else None,
         "world_size": e.world_size if e else None,
         "world_size_source": e.world_size_source if e else None,

@@ -1,0 +1,178 @@
+"""The Megatron-LM releases the estimator knows, and the one a run is checked against.
+
+``data/megatron_releases.tsv`` (written by ``scripts/megatron_releases``) lists the releases in
+order, ``main`` last.  ``choose_release(text)`` maps a version string (``0.16``, ``0.16.1``,
+``0.18.0rc2``, ``main``) to a known label: ``X.Y`` to that minor's newest known release, an
+unknown patch or an rc/dev string to the nearest known release of its minor (with a warning);
+anything else raises ``UnknownRelease`` naming the supported ones.
+
+The chosen release is process state (``select_release``): the command line, the settings and
+the pytest fixture choose it once, before any input is read; ``megatron.flags.flag_table()``
+then answers for it.  Without a choice it is the newest supported release, ``main``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from megatron_estimator.core.resources import read_data_text
+
+RELEASES_FILE = "megatron_releases.tsv"
+NEWEST = "main"
+ENV_VAR = "MEGATRON_ESTIMATOR_MEGATRON_VERSION"
+
+
+@dataclass(frozen=True)
+class Release:
+    label: str          # "0.16.1" or "main"
+    tag: str
+    commit: str
+    order: int
+
+    @property
+    def numbers(self) -> tuple[int, ...] | None:
+        return None if self.label == NEWEST else tuple(int(x) for x in self.label.split("."))
+
+
+@dataclass(frozen=True)
+class ChosenRelease:
+    """The release a run is checked against and how it was chosen."""
+
+    version: str        # a label of megatron_releases.tsv
+    source: str         # "--megatron-version", "megatron/core/package_info.py at ...", "default: ..."
+    warning: str = ""   # set when the version asked for was mapped to a nearby release
+
+    def as_json(self) -> dict:
+        out = {"version": self.version, "source": self.source}
+        if self.warning:
+            out["warning"] = self.warning
+        return out
+
+
+class UnknownRelease(ValueError):
+    """A version string that names no supported release."""
+
+
+@cache
+def releases() -> tuple[Release, ...]:
+    rows = [line.split("\t") for line in read_data_text(RELEASES_FILE).splitlines()
+            if line and not line.startswith("#")]
+    return tuple(Release(label=r[0], tag=r[1], commit=r[2], order=int(r[4])) for r in rows[1:])
+
+
+def labels() -> tuple[str, ...]:
+    return tuple(r.label for r in releases())
+
+
+def order_of(label: str) -> int:
+    return labels().index(label)
+
+
+def release(label: str) -> Release:
+    return releases()[order_of(label)]
+
+
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+
+
+def choose_release(text: str) -> tuple[str, str]:
+    """``(label, warning)`` for a version string; raises ``UnknownRelease``."""
+    text = text.strip()
+    if text.lower() == NEWEST or text[:len("core_v")] == "core_v" and text[6:] in labels():
+        return (NEWEST if text.lower() == NEWEST else text[6:]), ""
+    found = _VERSION.match(text)
+    supported = ", ".join(labels())
+    if not found:
+        raise UnknownRelease(f"{text!r} is not a Megatron version (supported: {supported})")
+    major, minor = int(found.group(1)), int(found.group(2))
+    patch = None if found.group(3) is None else int(found.group(3))
+    suffix = found.group(4) or ""
+    same_minor = [r for r in releases() if r.numbers and r.numbers[:2] == (major, minor)]
+    if not same_minor:
+        newest = max((r for r in releases() if r.numbers), key=lambda r: r.numbers)
+        if (major, minor) > newest.numbers[:2] and suffix:
+            # a development version after the newest release: the main branch
+            return NEWEST, f"Megatron {text} is a development version; checked as main ({release(NEWEST).tag})"
+        raise UnknownRelease(f"Megatron {text} is not a supported release (supported: {supported})")
+    if patch is not None and not suffix:
+        exact = [r for r in same_minor if r.numbers[2] == patch]
+        if exact:
+            return exact[0].label, ""
+    nearest = min(same_minor, key=lambda r: (abs(r.numbers[2] - (patch or 0)), -r.numbers[2])) \
+        if patch is not None else same_minor[-1]
+    if patch is None and not suffix:
+        return nearest.label, ""
+    return nearest.label, f"Megatron {text} is not a release the estimator knows; checked as {nearest.label}"
+
+
+# -- the chosen release (process state) -------------------------------------------------------
+
+_DEFAULT = ChosenRelease(NEWEST, "default: the newest supported release (none was detected or given)")
+_chosen: ChosenRelease = _DEFAULT
+
+
+def select_release(chosen: ChosenRelease | None) -> None:
+    """Make ``chosen`` the release every later lookup answers for (None: the default)."""
+    global _chosen
+    _chosen = _DEFAULT if chosen is None else chosen
+
+
+class using_release:
+    """``with using_release("0.16.1"):`` checks against that release inside the block only."""
+
+    def __init__(self, label: str, source: str = "using_release"):
+        self._chosen = release_of(label, source)
+
+    def __enter__(self) -> ChosenRelease:
+        self._saved = _chosen
+        select_release(self._chosen)
+        return self._chosen
+
+    def __exit__(self, *exc) -> None:
+        select_release(self._saved)
+
+
+def chosen_release() -> ChosenRelease:
+    return _chosen
+
+
+def release_of(text: str, source: str) -> ChosenRelease:
+    label, warning = choose_release(text)
+    return ChosenRelease(label, source, warning)
+
+
+# -- detection without importing Megatron -----------------------------------------------------
+
+_PACKAGE_INFO = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", re.M)
+
+
+def read_package_info(path: str) -> str | None:
+    """The version ``megatron/core/package_info.py`` states (``0.16.1``, ``0.18.0rc0``), read as
+    text; None when the file is absent or says no version."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    values = {m.group(1): m.group(3).strip() for m in _PACKAGE_INFO.finditer(text)}
+    if not {"MAJOR", "MINOR", "PATCH"} <= set(values):
+        return None
+    return f"{values['MAJOR']}.{values['MINOR']}.{values['PATCH']}{values.get('PRE_RELEASE', '')}"
+
+
+def package_info_in_tree(directory: str) -> str | None:
+    """``megatron/core/package_info.py`` under ``directory`` when there is one."""
+    import os
+    path = os.path.join(directory, "megatron", "core", "package_info.py")
+    return path if os.path.isfile(path) else None
+
+
+def installed_megatron_core() -> str | None:
+    """The installed megatron-core's version from its metadata (never imported)."""
+    from importlib import metadata
+    try:
+        return metadata.version("megatron-core")
+    except metadata.PackageNotFoundError:
+        return None
