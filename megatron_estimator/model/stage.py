@@ -79,6 +79,11 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     m, d = config.model, act.dims(config)
     fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
     widest = d.act * d.tokens * fc1 // d.t
+    hy = m.hybrid
+    if hy is not None and any(hy.layer_kinds[i] == "M" for i in layers):
+        # A Mamba layer's in_proj output gradient (zxBCdt).
+        zxbcdt = (2 * hy.d_inner + 2 * hy.num_groups * hy.state_dim + hy.num_heads) // d.t
+        widest = max(widest, d.act * d.tokens * zxbcdt)
     if config.kernels.attention_backend not in ("flash", "fused"):
         widest = max(widest, 2 * d.act * d.b * (m.num_attention_heads // d.t) * d.s * d.s)
     return widest + 2 * d.act * d.tokens * m.hidden_size
