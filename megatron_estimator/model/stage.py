@@ -341,7 +341,18 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         details=details,
         budget_bytes=budget,
         imbalanced_peak_bytes=imbalanced,
+        layer_kinds=_stage_kinds(config, stage),
     )
+
+
+def _stage_kinds(config: EstimatorConfig, stage: StageLayout) -> str | None:
+    """The hybrid layer symbols of the stage's chunks ('|' between virtual stages), then
+    '/' and the MTP pattern per MTP depth it runs; None for a GPT decoder."""
+    hy = config.model.hybrid
+    if hy is None:
+        return None
+    text = "|".join(hy.kinds_text(chunk.layers) for chunk in stage.chunks)
+    return text + "".join("/" + "".join(hy.mtp_kinds) for _ in range(stage.mtp_layers))
 
 
 def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
