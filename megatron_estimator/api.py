@@ -290,7 +290,9 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
     result = replace(result, assumptions=state_all(result.assumed))
-    if suggest and result.fits is False:
+    # The planner's search (and so the suggestions) lays out GPT decoders only; a hybrid model
+    # is estimated, not re-planned.
+    if suggest and result.fits is False and family.name != "hybrid":
         return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
     return Verdict(inp.source, estimate=result, family=family)
@@ -559,7 +561,13 @@ def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:
     from megatron_estimator.config.family import unsupported_model
     from megatron_estimator.inputs.entry_script import model_family
 
-    refusal = unsupported_model(model_family(inp.raw, inp.entry))
+    family = model_family(inp.raw, inp.entry)
+    refusal = unsupported_model(family)
+    if refusal is None and family.name == "hybrid":
+        location = family.entry.location if family.entry is not None else "<command>"
+        refusal = Problem("unsupported-plan", location,
+                          "the planner lays out GPT decoders only: a hybrid model's layouts (its pattern's '|' "
+                          "segments fix the pipeline split) are not searched; estimate, check and run model it")
     return (refusal,) if refusal is not None else ()
 
 

@@ -19,6 +19,8 @@ from megatron_estimator import api
 from megatron_estimator.report.text import render_text, verdict_to_json
 
 CLI = [sys.executable, "-m", "megatron_estimator"]
+# A hybrid model needs its layer pattern (config/hybrid.py); Mamba heads 2 x 64 / 64 = 2, one group.
+HYBRID = "--hybrid-layer-pattern M*M- --mamba-num-groups 1"
 MLM_EXAMPLES = Path("/work/tools/mlm_examples")
 
 
@@ -62,7 +64,8 @@ def codes(verdict):
     ("pretrain_ict.py", "ict"),
 ])
 def test_the_family_comes_from_the_entry_script(tmp_path, script, family):
-    verdict = launch(["torchrun", "--nproc-per-node", "1", script] + flags(TINY_GPT), tmp_path)
+    extra = HYBRID if family == "hybrid" else ""
+    verdict = launch(["torchrun", "--nproc-per-node", "1", script] + flags(TINY_GPT, extra), tmp_path)
     assert verdict_to_json(verdict)["model"] == {
         "family": family, "family_source": verdict.family.source, "entry_script": script}
     if family in ("gpt", "hybrid"):
@@ -109,7 +112,7 @@ def test_the_family_is_in_the_text_report_and_the_typed_config(tmp_path):
     from megatron_estimator.config.resolve import resolve_config
     from megatron_estimator.inputs.entry_script import model_family
 
-    inp, _ = api.input_from_flags(flags(TINY_GPT, "--hybrid-override-pattern M*M*"))
+    inp, _ = api.input_from_flags(flags(TINY_GPT, "--hybrid-override-pattern M*M* --mamba-num-groups 1"))
     config = resolve_config(inp.raw, world_size=1, environ={}, family=model_family(inp.raw))
     assert config.model.family == "hybrid"
     assert resolve_config(inp.raw, world_size=1, environ={}).model.family == "gpt"
@@ -129,7 +132,8 @@ def test_the_family_is_in_the_text_report_and_the_typed_config(tmp_path):
 ])
 def test_a_readable_custom_script_says_its_family_by_the_model_it_imports(tmp_path, imports, family):
     (tmp_path / "train_mine.py").write_text(imports + "\n")
-    verdict = launch(["torchrun", "--nproc-per-node", "1", "train_mine.py"] + flags(TINY_GPT), tmp_path)
+    extra = HYBRID if family == "hybrid" else ""
+    verdict = launch(["torchrun", "--nproc-per-node", "1", "train_mine.py"] + flags(TINY_GPT, extra), tmp_path)
     assert verdict.family.name == family
     if family in ("gpt", "hybrid"):
         assert verdict.estimate is not None, verdict.problems

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from megatron_estimator.config.hybrid import derived_vpp
 from megatron_estimator.config.layout_syntax import count_layout_stages
 
 
@@ -83,6 +84,9 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
         per_stage = counted // pp
         per_virtual = _int(d["num_layers_per_virtual_pipeline_stage"])
         vpp = per_stage // per_virtual if per_stage % per_virtual == 0 else None
+    decided, hybrid_vpp = derived_vpp(d, pp)
+    if decided:
+        vpp = hybrid_vpp        # from the hybrid pattern's '|' segments (arguments.py)
     if vpp == 1:
         vpp = None
     d["virtual_pipeline_model_parallel_size"] = vpp

@@ -10,6 +10,7 @@ import os
 from typing import Mapping
 
 from megatron_estimator.config.family import unsupported_model
+from megatron_estimator.config.hybrid import normalize_namespace, unified_pattern
 from megatron_estimator.config.run_context import RunContext, resume_of
 from megatron_estimator.config.typed import EstimatorConfig, build_config
 from megatron_estimator.config.derive import derive_namespace
@@ -74,8 +75,16 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     defaults = flag_table().defaults()
     namespace = dict(defaults)
     namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
+    normalize_namespace(namespace)      # --num-layers and MTP depths from a hybrid layer pattern
     unusable: set[str] = set()
     problems.extend(check_config_schema(namespace, raw, unusable))
+    if family is not None and family.name == "hybrid" and unified_pattern(namespace) is None:
+        # megatron/core/models/hybrid/hybrid_model.py: without a pattern (main removed the
+        # ratio flags) HybridModel builds no decoder layers at all.
+        where = family.entry.location if family.entry is not None else "--hybrid-layer-pattern"
+        problems.add("missing-hybrid-pattern", where,
+                     "a hybrid model needs --hybrid-layer-pattern (for example M*M-): without it megatron-core's "
+                     "HybridModel builds no decoder layers")
 
     world, source = resolve_world_size(raw, world_size, world_size_source)
     if world is None:

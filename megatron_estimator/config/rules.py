@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.config.hybrid import pattern_problems, segment_count
 from megatron_estimator.config.layout_syntax import LayoutSyntaxError, parse_layout
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.config.run_context import RunContext
@@ -142,6 +143,8 @@ def pipeline_split(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: Run
     # arguments.py validate_args and transformer_config.py __post_init__ (uneven PP, layout).
     if not _ints(ns, "num_layers", "pipeline_model_parallel_size"):
         return
+    if segment_count(ns) > 1:
+        return          # a hybrid pattern's '|' segments are the split (hybrid_layer_pattern below)
     p, num_layers = ns["pipeline_model_parallel_size"], ns["num_layers"]
     layout = ns.get("pipeline_model_parallel_layout")
     vpp_flags = [d for d in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
@@ -258,6 +261,13 @@ def _layout_problems(ns: Namespace, raw: RawArgs, layout: str, p: int, num_layer
     for ok, message in checks:
         if not ok:
             yield Problem("invalid-layout", where, f"{layout!r}: {message}")
+
+
+@rule
+def hybrid_layer_pattern(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args, models/hybrid/hybrid_layer_allocation.py,
+    # ssm/mamba_mixer.py (config/hybrid.py)
+    yield from pattern_problems(ns, raw.location)
 
 
 @rule

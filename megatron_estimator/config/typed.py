@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from megatron_estimator.config.derive import optimizer_sharding
+from megatron_estimator.config.hybrid import HybridConfig, hybrid_config
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.config.run_context import RunContext
 
@@ -72,9 +73,14 @@ class ModelConfig:
     mla: MlaConfig | None = None
     mtp_num_layers: int = 0
     family: str = "gpt"                       # "gpt"; "hybrid" (inputs/entry_script.py model_family)
+    hybrid: HybridConfig | None = None        # a hybrid model's layer kinds and Mamba shape (config/hybrid.py)
 
     def is_moe_layer(self, layer_index: int) -> bool:
         return self.moe is not None and self.moe.layer_pattern[layer_index]
+
+    def layer_kind(self, layer_index: int) -> str | None:
+        """A hybrid decoder layer's pattern symbol (M * + - E); None for a GPT layer."""
+        return self.hybrid.layer_kinds[layer_index] if self.hybrid is not None else None
 
 
 @dataclass(frozen=True)
@@ -322,6 +328,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
     the job's environment (it picks the attention kernel); ``given``: the dests the user set."""
     num_layers = ns["num_layers"]
     activation, gated = resolve_activation(ns)
+    hybrid = hybrid_config(ns) if family == "hybrid" else None
     moe = None
     if ns.get("num_experts"):
         moe = MoeConfig(
@@ -330,7 +337,8 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             router_topk=ns["moe_router_topk"],
             shared_expert_intermediate_size=ns.get("moe_shared_expert_intermediate_size"),
             shared_expert_gate=bool(ns.get("moe_shared_expert_gate")),
-            layer_pattern=expand_moe_layer_freq(ns.get("moe_layer_freq", 1), num_layers),
+            layer_pattern=(tuple(k == "E" for k in hybrid.layer_kinds) if hybrid is not None
+                           else expand_moe_layer_freq(ns.get("moe_layer_freq", 1), num_layers)),
             grouped_gemm=bool(ns.get("moe_grouped_gemm")),
             token_dispatcher_type=ns.get("moe_token_dispatcher_type", "allgather"),
             expert_capacity_factor=ns.get("moe_expert_capacity_factor"),
@@ -366,7 +374,8 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         gated_linear_unit=gated,
         add_bias_linear=bool(ns["add_bias_linear"]),
         add_qkv_bias=bool(ns["add_qkv_bias"]),
-        qk_layernorm=bool(ns.get("qk_layernorm")),
+        # The hybrid spec's MLA layers have no q / kv norms (hybrid_layer_specs.py: IdentityOp).
+        qk_layernorm=bool(ns.get("qk_layernorm")) and not (hybrid is not None and ns.get("multi_latent_attention")),
         untie_embeddings_and_output_weights=bool(ns["untie_embeddings_and_output_weights"]),
         hidden_dropout=float(ns["hidden_dropout"]),
         attention_dropout=float(ns["attention_dropout"]),
@@ -375,6 +384,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         mla=mla,
         mtp_num_layers=ns.get("mtp_num_layers") or 0,
         family=family,
+        hybrid=hybrid,
     )
     parallel = ParallelDims(
         world_size=ns["world_size"],

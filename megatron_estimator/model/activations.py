@@ -34,7 +34,20 @@ Selective recompute (megatron/core/transformer/transformer_config.py ``recompute
 drops what each module recomputes: ``core_attn`` the attention internals, ``mlp`` the MLP,
 ``layernorm`` the normalized outputs, ``mla_up_proj`` the up-projected Q/K/V, ``moe`` the
 whole MoE block, ``moe_act`` the experts' activation outputs, ``shared_experts`` the shared
-expert.  Full recompute keeps only each group's input (transformer_block.py).
+expert.  Full recompute keeps only each group's input (transformer_block.py; hybrid stacks use the
+same megatron/core/recompute.py ``checkpointed_forward``).
+
+Hybrid layers (megatron/core/models/hybrid/hybrid_layer_specs.py): ``*`` / ``+`` keep a layer's
+attention half, ``-`` / ``E`` its MLP / MoE half, each with one bias-dropout-add.  A Mamba
+layer (``M``, megatron/core/ssm/mamba_mixer.py ``MambaMixer._ssm_training``, the default
+memory-efficient path) keeps: the fused norm + in_proj's input, normalized output and
+statistics; the contiguous ``zxBCdt`` in_proj output ``(2 d_inner + 2 groups state + heads)/t``
+wide and the scan's pre-gate output ``d_inner/t`` (mamba_ssm/ops/triton/ssd_combined.py
+``MambaSplitConv1dScanCombinedFn.forward`` saves ``zxbcdt`` and ``out_x``, and recomputes the
+convolution and the chunk states in backward); the gated RMSNorm's input ``d_inner/t`` and fp32
+rstd per group (mamba_ssm/ops/triton/layernorm_gated.py ``LayerNormFn``); out_proj's input
+(1 byte under fp8).  The kernels are mamba_ssm's, outside megatron-core: what they save is
+taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.
 """
 
 from __future__ import annotations
@@ -250,9 +263,51 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     return router + routed + shared
 
 
+def mamba_mixer_bytes(config: EstimatorConfig) -> int:
+    """What a Mamba mixer keeps beyond its fused norm (see the module notes)."""
+    hy = config.model.hybrid
+    d = dims(config)
+    inner = hy.d_inner // d.t
+    zxbcdt = 2 * inner + 2 * (hy.num_groups // d.t) * hy.state_dim + hy.num_heads // d.t
+    return (d.act * d.tokens * zxbcdt            # in_proj output, transposed contiguous copy
+            + d.act * d.tokens * inner           # scan output before the z gate (out_x)
+            + d.act * d.tokens * inner           # gated RMSNorm input
+            + 4 * d.tokens * (hy.num_groups // d.t)   # its rstd per group
+            + d.linear_in * d.tokens * inner)    # out_proj input
+
+
+@lru_cache(maxsize=1024)
+def hybrid_layer_activations(config: EstimatorConfig, kind: str, imbalance: float = 0.0) -> LayerActivations:
+    """One hybrid layer of this pattern symbol, per microbatch."""
+    m = config.model
+    d = dims(config)
+    h = m.hidden_size
+    mask = (1 if m.hidden_dropout > 0 else 0) * d.tokens_r * h
+    if kind == "M":
+        return LayerActivations(mamba_mixer_bytes(config), 0, _norm_block(d, h, d.linear_in) + mask)
+    if kind in ("*", "+"):
+        norm = _norm_block(d, h, d.linear_in if m.mla is None else d.act)
+        return LayerActivations(attention_bytes(config), 0, norm + mask)
+    if kind == "E":
+        if "moe" in d.recompute:
+            return LayerActivations(0, 0, d.residual * d.tokens_r * h + mask)
+        return LayerActivations(0, moe_mlp_bytes(config, imbalance), _norm_block(d, h, d.act) + mask)
+    if "mlp" in d.recompute:
+        return LayerActivations(0, 0, d.residual * d.tokens_r * h + mask)
+    return LayerActivations(0, dense_mlp_bytes(config, m.ffn_hidden_size, d.tokens, d.t),
+                            _norm_block(d, h, d.linear_in) + mask)
+
+
+def _full_layer(config: EstimatorConfig, layer_index: int, imbalance: float) -> LayerActivations:
+    kind = config.model.layer_kind(layer_index)
+    if kind is not None:
+        return hybrid_layer_activations(config, kind, imbalance)
+    return _layer_activations(config, config.model.is_moe_layer(layer_index), imbalance)
+
+
 def layer_activations(config: EstimatorConfig, layer_index: int, imbalance: float = 0.0) -> LayerActivations:
     """What one layer keeps per microbatch, after fine-grained activation offloading."""
-    full = _layer_activations(config, config.model.is_moe_layer(layer_index), imbalance)
+    full = _full_layer(config, layer_index, imbalance)
     offloaded = offloaded_bytes(config, layer_index, imbalance)
     if not offloaded:
         return full
@@ -282,6 +337,13 @@ def offloaded_bytes(config: EstimatorConfig, layer_index: int, imbalance: float 
         return nbytes if nbytes // max(element_bytes, 1) >= min_elements else 0
 
     moe_layer = m.is_moe_layer(layer_index)
+    kind = m.layer_kind(layer_index)
+    if kind == "M":
+        return 0            # the offloading hooks are in TransformerLayer's modules, not MambaLayer's
+    if kind in ("*", "+"):
+        modules -= {"mlp_norm", "expert_fc1", "moe_act"}
+    elif kind in ("-", "E"):
+        modules -= {"attn_norm", "qkv_linear", "core_attn", "attn_proj"}
     total = 0
     if "attn_norm" in modules:
         total += big(d.residual * d.tokens_r * h, d.residual)
@@ -371,6 +433,9 @@ def mtp_layer_activations(config: EstimatorConfig) -> int:
     h = m.hidden_size
     norms = 2 * (2 * d.act * d.tokens_r * h + d.stat * d.tokens_r)
     concat = 2 * d.act * d.tokens_r * h
-    layer = layer_activations(config, m.num_layers - 1).total
+    if m.hybrid is not None:      # a hybrid MTP layer runs its own pattern
+        layer = sum(hybrid_layer_activations(config, kind).total for kind in m.hybrid.mtp_kinds)
+    else:
+        layer = layer_activations(config, m.num_layers - 1).total
     loss_kept, _ = loss_activations(config)
     return norms + concat + layer + loss_kept

@@ -123,7 +123,14 @@ def pipeline_stages(config: EstimatorConfig) -> tuple[StageLayout, ...]:
                 _chunk(r, s, ids[r][s], "E" in grid[r][s], "L" in grid[r][s], grid[r][s].count("m"), tied)
                 for s in range(v)))
             for r in range(p))
-    ids = _layer_order(_layers_per_chunk(config))
+    hybrid = config.model.hybrid
+    if hybrid is not None and hybrid.segments:
+        # megatron/core/models/hybrid/hybrid_layer_allocation.py select_pipeline_segment:
+        # segment vp * p + r runs on rank r, virtual stage vp.
+        v = len(hybrid.segments) // p
+        ids = _layer_order([[hybrid.segments[s * p + r] for s in range(v)] for r in range(p)])
+    else:
+        ids = _layer_order(_layers_per_chunk(config))
     stages = []
     for r in range(p):
         chunks = []

@@ -24,7 +24,17 @@ from):
   (``V/t x h`` word embeddings, learned absolute positions ``max_pos x h`` not split);
   output layer ``V/t x h`` (megatron/core/models/gpt/gpt_model.py);
 - MTP: megatron/core/transformer/multi_token_prediction.py: per MTP layer two norms
-  (enorm, hnorm), ``eh_proj`` ``2h -> h`` column-parallel, one transformer layer, a final norm.
+  (enorm, hnorm), ``eh_proj`` ``2h -> h`` column-parallel, one transformer layer, a final norm;
+  a hybrid model's MTP layer holds the layers of its MTP pattern instead (a nested HybridStack
+  without a final norm);
+- hybrid layers (megatron/core/models/hybrid/hybrid_layer_specs.py ``hybrid_stack_spec``):
+  ``*`` an attention-only TransformerLayer, ``+`` an MLA-only one (its q / kv norms IdentityOp),
+  ``-`` an MLPLayer (norm fused into fc1), ``E`` a MoE layer with its pre-MLP norm, ``M`` a
+  MambaLayer whose MambaMixer (megatron/core/ssm/mamba_mixer.py) holds: in_proj
+  ``h -> 2 d_inner + 2 groups state + heads`` column-parallel with the layer's norm fused in,
+  conv1d weight ``(d_inner + 2 groups state)/t x 4`` and bias, dt_bias, A_log and D of
+  ``heads/t`` each, the gated RMSNorm of ``d_inner/t``, out_proj ``d_inner -> h``
+  row-parallel, no biases.  Float16Module casts all of them to the training dtype.
 """
 
 from __future__ import annotations
@@ -104,12 +114,15 @@ def _mlp(prefix: str, h: int, ffn: int, gated: bool, bias: bool, split: int, exp
             + _linear(prefix + "linear_fc2", ffn // split, h, bias, expert=expert))
 
 
-def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None) -> list[ParamTensor]:
+def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
+                moe_layer: bool | None = None) -> list[ParamTensor]:
     m = config.model
     h = m.hidden_size
     tensors = _norm(prefix + "pre_mlp_layernorm", h, m.normalization)
     moe = m.moe
-    if moe is None or (layer_index is not None and not moe.layer_pattern[layer_index]):
+    if moe_layer is None:
+        moe_layer = moe is not None and (layer_index is None or moe.layer_pattern[layer_index])
+    if not moe_layer:
         tensors += _mlp(prefix + "mlp.", h, m.ffn_hidden_size, m.gated_linear_unit,
                         m.add_bias_linear, config.parallel.tp, expert=False)
         return tensors
@@ -127,7 +140,37 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None) -
 
 
 def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str) -> list[ParamTensor]:
+    if config.model.hybrid is not None and layer_index is not None:
+        return hybrid_layer_tensors(config, config.model.hybrid.layer_kinds[layer_index], prefix)
     return attention_tensors(config, prefix) + mlp_tensors(config, prefix, layer_index)
+
+
+def mamba_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
+    """A MambaLayer (megatron/core/ssm/mamba_layer.py, mamba_mixer.py) on one GPU."""
+    m, hy, t = config.model, config.model.hybrid, config.parallel.tp
+    h = m.hidden_size
+    d_inner, heads, groups_state = hy.d_inner // t, hy.num_heads // t, hy.num_groups // t * hy.state_dim
+    conv_dim = d_inner + 2 * groups_state
+    p = prefix + "mixer."
+    tensors = _norm(p + "in_proj_layernorm", h, m.normalization)       # TELayerNormColumnParallelLinear
+    tensors += _linear(p + "in_proj", h, 2 * d_inner + 2 * groups_state + heads, False)
+    tensors += [ParamTensor(p + "conv1d.weight", conv_dim * hy.conv_kernel, kind="conv"),
+                ParamTensor(p + "conv1d.bias", conv_dim, kind="bias"),
+                ParamTensor(p + "ssm.dt_bias", heads, kind="bias"),
+                ParamTensor(p + "ssm.A_log", heads, kind="bias"),
+                ParamTensor(p + "ssm.D", heads, kind="bias"),
+                ParamTensor(p + "norm.weight", d_inner, kind="norm")]
+    tensors += _linear(p + "out_proj", d_inner, h, False)
+    return tensors
+
+
+def hybrid_layer_tensors(config: EstimatorConfig, kind: str, prefix: str) -> list[ParamTensor]:
+    """One hybrid layer of this pattern symbol (hybrid_layer_specs.py)."""
+    if kind == "M":
+        return mamba_tensors(config, prefix)
+    if kind in ("*", "+"):
+        return attention_tensors(config, prefix)
+    return mlp_tensors(config, prefix, None, moe_layer=kind == "E")
 
 
 def embedding_tensors(config: EstimatorConfig) -> list[ParamTensor]:
@@ -146,6 +189,11 @@ def mtp_tensors(config: EstimatorConfig, index: int) -> list[ParamTensor]:
     prefix = f"mtp.layers.{index}."
     tensors = _norm(prefix + "enorm", h, m.normalization) + _norm(prefix + "hnorm", h, m.normalization)
     tensors += _linear(prefix + "eh_proj", 2 * h, h // config.parallel.tp, False)
+    if m.hybrid is not None:
+        # A hybrid MTP layer runs its own pattern (multi_token_prediction.py, nested HybridStack).
+        for j, kind in enumerate(m.hybrid.mtp_kinds):
+            tensors += hybrid_layer_tensors(config, kind, f"{prefix}mtp_model_layer.layers.{j}.")
+        return tensors + _norm(prefix + "final_layernorm", h, m.normalization)
     # MTP layers replicate the structure of the last decoder layer (MoE when it is MoE).
     last = m.num_layers - 1
     tensors += layer_tensors(config, last, prefix + "transformer_layer.")

@@ -79,6 +79,11 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     m, d = config.model, act.dims(config)
     fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
     widest = d.act * d.tokens * fc1 // d.t
+    hy = m.hybrid
+    if hy is not None and any(hy.layer_kinds[i] == "M" for i in layers):
+        # A Mamba layer's in_proj output gradient (zxBCdt).
+        zxbcdt = (2 * hy.d_inner + 2 * hy.num_groups * hy.state_dim + hy.num_heads) // d.t
+        widest = max(widest, d.act * d.tokens * zxbcdt)
     if config.kernels.attention_backend not in ("flash", "fused"):
         widest = max(widest, 2 * d.act * d.b * (m.num_attention_heads // d.t) * d.s * d.s)
     return widest + 2 * d.act * d.tokens * m.hidden_size
@@ -336,7 +341,18 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         details=details,
         budget_bytes=budget,
         imbalanced_peak_bytes=imbalanced,
+        layer_kinds=_stage_kinds(config, stage),
     )
+
+
+def _stage_kinds(config: EstimatorConfig, stage: StageLayout) -> str | None:
+    """The hybrid layer symbols of the stage's chunks ('|' between virtual stages), then
+    '/' and the MTP pattern per MTP depth it runs; None for a GPT decoder."""
+    hy = config.model.hybrid
+    if hy is None:
+        return None
+    text = "|".join(hy.kinds_text(chunk.layers) for chunk in stage.chunks)
+    return text + "".join("/" + "".join(hy.mtp_kinds) for _ in range(stage.mtp_layers))
 
 
 def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],

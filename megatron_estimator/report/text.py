@@ -122,6 +122,10 @@ def _text_block(verdict: Verdict) -> str:
         lines.append(_family_line(verdict.family))
     if e.model is not None:
         lines += [f"  {key}: {text}" for key, text in model_lines(e.model)]
+    kinds = [(s.pipeline_rank, s.layer_kinds) for s in e.stages if s.layer_kinds is not None]
+    if kinds:
+        lines.append("  hybrid layers (M Mamba, * attention, + MLA, - MLP, E MoE; | virtual stages, / MTP): "
+                     + "; ".join(f"stage {r} {k or '-'}" for r, k in kinds))
     lines.append(f"  parameters: {e.total_parameters:,}")
     if e.budget_bytes is not None:
         lines.append(f"  budget: {gib(e.budget_bytes)} GiB per GPU ({e.budget_source})")
