@@ -645,7 +645,8 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
 
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
-                            launch: Sequence[str] | None = None, select: bool = True):
+                            launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
+                            select: bool = True):
     """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
     ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
     tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry);
@@ -666,7 +667,9 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
             if version:
                 chosen = release_of(version, path)
                 break
-    if chosen is None and environ.get(ENV_VAR):
+    if chosen is None and setting is not None:          # (value, source) of the settings
+        chosen = release_of(*setting)
+    elif chosen is None and environ.get(ENV_VAR):
         chosen = release_of(environ[ENV_VAR], ENV_VAR)
     select_release(chosen) if select else None
     return chosen if chosen is not None else chosen_release()
@@ -693,3 +696,10 @@ def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):
             found = package_info_in_tree(entry)
             if found:
                 yield found
+
+
+def megatron_release_label(text: str) -> tuple[str, str]:
+    """``(label, warning)`` of the supported Megatron release ``text`` names (``0.16``, ``main``,
+    ``0.18.0rc0``); ``ValueError`` naming the supported releases otherwise."""
+    from megatron_estimator.megatron.releases import choose_release
+    return choose_release(text)

@@ -252,8 +252,11 @@ def _options(ns: argparse.Namespace, environ):
         "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
         "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn, "resume": ns.resume,
         "warn-only": getattr(ns, "warn_only", None), "accept-flags": getattr(ns, "accept_flags", None),
+        "megatron-version": getattr(ns, "megatron_version", None),
     }
-    return load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
+    settings, problems = load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
+    _choose_release(ns, settings)
+    return settings, problems
 
 
 def _estimate_options(settings) -> dict:
@@ -473,14 +476,18 @@ def cmd_compare(ns, environ) -> int:
     return result.exit_code
 
 
-def _choose_release(ns, environ) -> None:
+def _choose_release(ns, settings) -> None:
     """The Megatron release every later lookup answers for, first match wins: --megatron-version,
     the package_info.py of the Megatron-LM tree holding the launched script (or on the job's
-    PYTHONPATH), $MEGATRON_ESTIMATOR_MEGATRON_VERSION, else the newest supported release."""
+    PYTHONPATH), the megatron-version setting (MEGATRON_ESTIMATOR_MEGATRON_VERSION, a config
+    file), else the newest supported release."""
     from megatron_estimator.api import choose_megatron_release
 
+    entry = settings.entry("megatron-version")
+    given = entry.value if entry.given and entry.source.startswith("command line") else None
+    setting = (entry.value, entry.source) if entry.given and given is None else None
     try:
-        chosen = choose_megatron_release(getattr(ns, "megatron_version", None), environ,
+        chosen = choose_megatron_release(given, os.environ, setting=setting,
                                          launch=getattr(ns, "launch", None) or getattr(ns, "files", None))
     except ValueError as err:
         raise UsageError(str(err)) from None
@@ -509,7 +516,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
     try:
-        _choose_release(ns, os.environ)
         return COMMANDS[ns.command](ns, os.environ)
     except UsageError as err:
         sys.stderr.write(f"megatron-estimator {ns.command}: error: {err}\n")

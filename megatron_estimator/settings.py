@@ -136,6 +136,16 @@ def _flash_attn(raw: Any) -> str:
     raise ValueError(f"must be a flash-attn version such as 2.7.4, or none, not {describe_value(raw, TOML)}")
 
 
+def _megatron_version(raw: Any) -> str:
+    """A Megatron-LM release: ``0.16``, ``0.16.1``, ``core_v0.18.0``, ``0.18.0rc0`` or ``main``."""
+    from megatron_estimator.api import megatron_release_label
+
+    if not isinstance(raw, str):
+        raise ValueError(f"must be a Megatron version such as 0.16.1 or main, not {describe_value(raw, TOML)}")
+    megatron_release_label(raw)      # ValueError naming the supported releases
+    return raw.strip()
+
+
 def _resume(raw: Any) -> str:
     """``auto`` (the --load directory says), ``yes`` or ``no``."""
     text = raw.strip().lower() if isinstance(raw, str) else raw
@@ -243,6 +253,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         ">= 2.4.1 is assumed)",
     ),
     SettingSpec(
+        "megatron-version", "release", None, _megatron_version,
+        "the job's Megatron-LM release (0.14 to 0.19, or main).  Given on the command line it "
+        "wins; else the megatron/core/package_info.py of the launched Megatron-LM tree (or one on "
+        "the job's PYTHONPATH); else this setting from the environment or a config file; else "
+        "main, the newest supported",
+    ),
+    SettingSpec(
         "resume", "choice", "auto", _resume,
         "whether the run resumes from a checkpoint: auto (its --load directory holds one: "
         "latest_checkpointed_iteration.txt), yes or no.  A resumed run with "
@@ -280,6 +297,8 @@ def show_value(key: str, value: Any) -> str:
     spec = _spec(key)
     if value is None and spec.kind == "version":
         return ">= 2.4.1 (assumed)"
+    if value is None and spec.kind == "release":
+        return "detected, else main"
     if value is None:
         return "none"
     if spec.kind == "bytes":
@@ -327,6 +346,7 @@ class Settings:
     fragmentation: float
     routing_imbalance: float
     flash_attn: str | None
+    megatron_version: str | None
     resume: str
     warn_only: bool
     accept_flags: tuple[str, ...]

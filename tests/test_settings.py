@@ -58,7 +58,7 @@ def test_the_defaults_live_in_one_table():
     assert [(s.key, s.default) for s in SETTINGS] == [
         ("budget", None), ("gpu", None), ("format", "text"), ("cuda-context", 512 * MiB),
         ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("flash-attn", None),
-        ("resume", "auto"), ("warn-only", False), ("accept-flags", ())]
+        ("megatron-version", None), ("resume", "auto"), ("warn-only", False), ("accept-flags", ())]
     assert [row[:3] for row in settings_help()] == [
         ("budget", "MEGATRON_ESTIMATOR_BUDGET", "none"),
         ("gpu", "MEGATRON_ESTIMATOR_GPU", "none"),
@@ -68,6 +68,7 @@ def test_the_defaults_live_in_one_table():
         ("fragmentation", "MEGATRON_ESTIMATOR_FRAGMENTATION", "0.05 (5%)"),
         ("routing-imbalance", "MEGATRON_ESTIMATOR_ROUTING_IMBALANCE", "0 (0%)"),
         ("flash-attn", "MEGATRON_ESTIMATOR_FLASH_ATTN", ">= 2.4.1 (assumed)"),
+        ("megatron-version", "MEGATRON_ESTIMATOR_MEGATRON_VERSION", "detected, else main"),
         ("resume", "MEGATRON_ESTIMATOR_RESUME", "auto"),
         ("warn-only", "MEGATRON_ESTIMATOR_WARN_ONLY", "false"),
         ("accept-flags", "MEGATRON_ESTIMATOR_ACCEPT_FLAGS", "none"),
@@ -87,6 +88,7 @@ LAYERS = {
     "fragmentation": ("0.2", "10%", "0.07", (0.2, 0.1, 0.07)),
     "routing-imbalance": ("0.5", "0.25", "0.1", (0.5, 0.25, 0.1)),
     "flash-attn": ("none", "2.3.6", '"2.7.4.post1"', ("none", "2.3.6", "2.7.4.post1")),
+    "megatron-version": ("0.16.1", "0.18", '"main"', ("0.16.1", "0.18", "main")),
     "resume": ("yes", "no", '"auto"', ("yes", "no", "auto")),
     "warn-only": (True, "false", "true", (True, False, True)),
 }
@@ -354,7 +356,7 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
         ("unknown-setting", f"{path}:4 [tool.megatron-estimator] colour", "'colour' is not a setting"),
     ]
     assert problems[0].message.endswith(
-        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, resume, warn-only, accept-flags)")
+        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, megatron-version, resume, warn-only, accept-flags)")
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
@@ -455,6 +457,7 @@ def test_settings_are_frozen_and_report_their_sources(repo):
         ("fragmentation", "0.07 (7%)", "command line --fragmentation"),
         ("routing-imbalance", "0 (0%)", "default"),
         ("flash-attn", ">= 2.4.1 (assumed)", "default"),
+        ("megatron-version", "detected, else main", "default"),
         ("resume", "auto", "default"),
         ("warn-only", "true", "MEGATRON_ESTIMATOR_WARN_ONLY"),
         ("accept-flags", "none", "default"),

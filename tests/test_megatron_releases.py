@@ -1,0 +1,238 @@
+"""The Megatron release a run is checked against: its choice, its flags, its behaviour.
+
+Expected values come from Megatron-LM's own sources: which release has a flag from each tag's
+megatron/training/arguments.py (../shared/megatron/by-release/, dumped from each tag's parser),
+the NullTokenizer rule from megatron/core/tokenizers/text/libraries/null_tokenizer.py before and
+after c9dfe34798, the FSDP default from 3499efef80, the TE fusion check from 168cb15d70.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron_estimator.megatron.releases import (
+    UnknownRelease, choose_release, chosen_release, select_release, using_release)
+
+ROOT = Path(__file__).resolve().parent.parent
+from test_release_tables import BY_RELEASE  # noqa: E402  (../shared, or where that test finds it)
+TAG_FILES = {"0.14.0": "core_v0.14.0", "0.15.3": "core_v0.15.3", "0.16.1": "core_v0.16.1",
+             "0.17.0": "core_v0.17.0", "0.18.0": "core_v0.18.0", "0.19.0": "core_v0.19.0",
+             "main": "main-d98e8a64"}
+
+
+@pytest.fixture(autouse=True)
+def _default_release():
+    select_release(None)
+    yield
+    select_release(None)
+
+
+def unknown(argv, label):
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    with using_release(label):
+        _, problems = parse_megatron_argv(argv)
+    return [p for p in problems if p.code == "unknown-flag"]
+
+
+# -- choosing a release -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, label, warns", [
+    ("0.16.1", "0.16.1", False), ("0.16", "0.16.1", False), ("main", "main", False),
+    ("core_v0.18.0", "0.18.0", False), ("0.17", "0.17.1", False), ("0.17.0", "0.17.0", False),
+    ("0.18.0rc2", "0.18.0", True), ("0.15.0", "0.15.3", True), ("0.16.0rc0", "0.16.1", True),
+    ("0.20.0rc0", "main", True),
+])
+def test_version_strings_map_to_known_releases(text, label, warns):
+    got, warning = choose_release(text)
+    assert got == label
+    assert bool(warning) == warns
+
+
+@pytest.mark.parametrize("text", ["0.9", "0.12.3", "1.0.0", "latest"])
+def test_unknown_release_names_the_supported_ones(text):
+    with pytest.raises(UnknownRelease, match=r"supported: 0\.14\.0, 0\.15\.3, 0\.16\.1, .*main"):
+        choose_release(text)
+
+
+def test_default_is_main_and_says_so():
+    assert chosen_release().version == "main"
+    assert "newest supported" in chosen_release().source
+
+
+def fake_tree(tmp_path, major, minor, patch, pre=""):
+    core = tmp_path / "Megatron-LM" / "megatron" / "core"
+    core.mkdir(parents=True)
+    (core / "package_info.py").write_text(
+        f"MAJOR = {major}\nMINOR = {minor}\nPATCH = {patch}\nPRE_RELEASE = '{pre}'\n"
+        "VERSION = (MAJOR, MINOR, PATCH, PRE_RELEASE)\n")
+    (tmp_path / "Megatron-LM" / "pretrain_gpt.py").write_text("")
+    return tmp_path / "Megatron-LM"
+
+
+def test_detected_from_the_launched_megatron_tree(tmp_path):
+    from megatron_estimator.api import choose_megatron_release
+    tree = fake_tree(tmp_path, 0, 16, 1)
+    chosen = choose_megatron_release(None, {}, launch=["torchrun", "--nproc-per-node", "8",
+                                                       str(tree / "pretrain_gpt.py"), "--bf16"])
+    assert chosen.version == "0.16.1"
+    assert chosen.source == str(tree / "megatron" / "core" / "package_info.py")
+    assert chosen_release() == chosen
+
+
+def test_detected_from_the_jobs_pythonpath_with_rc_warning(tmp_path):
+    from megatron_estimator.api import choose_megatron_release
+    tree = fake_tree(tmp_path, 0, 18, 0, "rc0")
+    chosen = choose_megatron_release(None, {"PYTHONPATH": f"/nowhere{os.pathsep}{tree}"},
+                                     launch=["python", "train.py"])
+    assert chosen.version == "0.18.0"
+    assert "0.18.0rc0" in chosen.warning
+
+
+def test_given_version_wins_over_tree_and_environment(tmp_path):
+    from megatron_estimator.api import choose_megatron_release
+    tree = fake_tree(tmp_path, 0, 16, 1)
+    env = {"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.14"}
+    assert choose_megatron_release("0.19", env, launch=[str(tree / "pretrain_gpt.py")]).version == "0.19.0"
+    assert choose_megatron_release(None, env, launch=[str(tree / "pretrain_gpt.py")]).version == "0.16.1"
+    chosen = choose_megatron_release(None, env, launch=["python", "x.py"])
+    assert (chosen.version, chosen.source) == ("0.14.0", "MEGATRON_ESTIMATOR_MEGATRON_VERSION")
+
+
+# -- flags per release ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag, present, absent, message", [
+    ("--use-legacy-models", "0.17.1", "main", "removed in 0.18.0"),
+    ("--use-legacy-models", "0.14.0", "0.18.0", "removed in 0.18.0"),
+    ("--moe-extended-tp", "0.16.1", "0.17.0", "removed in 0.17.0"),
+    ("--no-pad-vocab-size", "0.18.0", "0.16.1", "needs Megatron 0.18.0 or later"),
+    ("--no-pad-vocab-size", "main", "0.17.1", "needs Megatron 0.18.0 or later"),
+])
+def test_a_flag_of_some_releases_only(flag, present, absent, message):
+    assert unknown([flag], present) == []
+    [problem] = unknown([flag], absent)
+    assert message in problem.message
+    assert problem.location == flag
+
+
+def _rows(label):
+    return [line.split("\t") for line in (BY_RELEASE / f"{TAG_FILES[label]}.tsv").read_text().splitlines()[1:]]
+
+
+def _store_true_flags(label):
+    return {cols[0] for cols in _rows(label) if cols[3] == "store_true" and (len(cols) < 10 or not cols[9])}
+
+
+def _option_strings(label):
+    return {o for cols in _rows(label) for o in [cols[0], *filter(None, cols[1].split(","))]}
+
+
+@pytest.mark.skipif(not BY_RELEASE.is_dir(), reason="../shared/megatron/by-release/ is not here")
+@pytest.mark.parametrize("label", sorted(TAG_FILES))
+def test_each_release_accepts_its_own_flags_and_others_refuse_them(label):
+    mine = _store_true_flags(label)
+    for other in TAG_FILES:
+        if other == label:
+            continue
+        only_mine = sorted(mine - _option_strings(other))[:5]
+        for flag in only_mine:
+            assert unknown([flag], label) == [], (flag, label)
+            [problem] = unknown([flag], other)
+            assert "removed in" in problem.message or "or later" in problem.message, (flag, other)
+
+
+def test_typo_suggestions_come_from_the_chosen_release():
+    [problem] = unknown(["--use-legacy-model"], "0.16.1")
+    assert "--use-legacy-models" in problem.message
+    [problem] = unknown(["--no-pad-vocab-sizes"], "main")
+    assert "--no-pad-vocab-size" in problem.message
+
+
+# -- behaviour per release ---------------------------------------------------------------------
+
+LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+             "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+             "--micro-batch-size 1 --global-batch-size 64 --swiglu --normalization RMSNorm "
+             "--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope --bf16 "
+             "--tokenizer-type NullTokenizer --vocab-size 128256").split()
+
+
+def _parameters(n_vocab_rows):
+    # per layer: qkv 4096*(4096+2*1024), proj 4096*4096, fc1 4096*2*14336, fc2 14336*4096, 2 norms
+    layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 4096 * 2 * 14336 + 14336 * 4096 + 2 * 4096
+    return 32 * layer + 4096 + 2 * n_vocab_rows * 4096
+
+
+@pytest.mark.parametrize("label, rows", [
+    ("0.14.0", 128384), ("0.16.1", 128384), ("0.17.1", 128384),   # 128256 + 1, padded to 128
+    ("0.18.0", 128256), ("0.19.0", 128256), ("main", 128256),     # 128256 exactly
+])
+def test_null_tokenizer_vocabulary_per_release(label, rows):
+    from megatron_estimator.api import evaluate, input_from_flags
+    with using_release(label):
+        inp, problems = input_from_flags(LLAMA3_8B)
+        assert not problems
+        verdict = evaluate(inp, world_size=8)
+    assert verdict.estimate.total_parameters == _parameters(rows)
+    assert _parameters(128384) == 8_031_309_824 and _parameters(128256) == 8_030_261_248
+
+
+@pytest.mark.parametrize("label, strategy", [
+    ("0.14.0", "no_shard"), ("0.16.1", "no_shard"), ("0.17.1", "no_shard"),
+    ("0.18.0", "optim_grads_params"), ("main", "optim_grads_params"),
+])
+def test_megatron_fsdp_default_sharding_per_release(label, strategy):
+    from conftest import resolve
+    text = " ".join(LLAMA3_8B) + " --use-megatron-fsdp --ckpt-format fsdp_dtensor"
+    with using_release(label):
+        config = resolve(text, 8)
+    assert config.optimizer.data_parallel_sharding_strategy == strategy
+
+
+@pytest.mark.parametrize("label, refused", [("0.14.0", False), ("0.18.0", False), ("0.19.0", True),
+                                            ("main", True)])
+def test_te_cross_entropy_fusion_per_release(label, refused):
+    from megatron_estimator.api import evaluate, input_from_flags
+    argv = LLAMA3_8B + ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+    with using_release(label):
+        inp, problems = input_from_flags(argv)
+        verdict = evaluate(inp, world_size=8)
+    codes = [p.code for p in (*problems, *verdict.problems)]
+    assert ("te-cross-entropy-disabled" in codes) == refused
+
+
+# -- the command line and the report -------------------------------------------------------------
+
+def cli(*args, env=None):
+    environ = {k: v for k, v in os.environ.items() if k != "MEGATRON_ESTIMATOR_MEGATRON_VERSION"}
+    environ.update(env or {})
+    environ["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "megatron_estimator", *args], capture_output=True,
+                          text=True, env=environ, cwd=ROOT)
+
+
+def test_json_report_names_the_release_and_its_source():
+    result = cli("estimate", "--megatron-version", "0.16", "--format", "json", "--budget", "80GiB",
+                 "--world-size", "8", "--", *LLAMA3_8B)
+    doc = json.loads(result.stdout)
+    assert doc["megatron"] == {"version": "0.16.1", "source": "--megatron-version"}
+    assert doc["total_parameters"] == 8_031_309_824
+
+
+def test_environment_variable_and_text_header():
+    result = cli("estimate", "--budget", "80GiB", "--world-size", "8", "--", *LLAMA3_8B,
+                 env={"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.18"})
+    assert "  megatron: 0.18.0 (MEGATRON_ESTIMATOR_MEGATRON_VERSION)\n" in result.stdout
+    assert "parameters: 8,030,261,248" in result.stdout
+
+
+def test_unknown_release_is_exit_2():
+    result = cli("estimate", "--megatron-version", "0.9", "--budget", "80GiB", "--", *LLAMA3_8B)
+    assert result.returncode == 2
+    assert "not a supported release (supported: 0.14.0" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
