@@ -40,13 +40,14 @@ from):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.layout import ModelChunk
 
 
-@dataclass(frozen=True)
-class ParamTensor:
+class ParamTensor(NamedTuple):
+    """One parameter tensor on one GPU (a named tuple: an estimate makes thousands)."""
     name: str
     numel: int          # elements on one GPU
     expert: bool = False

@@ -14,6 +14,7 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Mapping, NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
@@ -384,12 +385,17 @@ def _replication_factor(config: EstimatorConfig, name: str, expert: bool) -> int
 
 
 def _tp_split(config: EstimatorConfig, name: str) -> bool:
+    return _tp_split_by_name(name, config.kernels.transformer_impl == "transformer_engine")
+
+
+@lru_cache(maxsize=1 << 16)
+def _tp_split_by_name(name: str, transformer_engine: bool) -> bool:
     leaf = name.rsplit(".", 2)
     module, kind = leaf[-2], leaf[-1]
     if "layernorm" in module or module in ("enorm", "hnorm", "router", "position_embeddings") or name.endswith("gate_weight"):
         return False
     if module in ("linear_q_down_proj", "linear_kv_down_proj"):
-        return config.kernels.transformer_impl != "transformer_engine"
+        return not transformer_engine
     if module in ("linear_proj", "linear_fc2") and kind == "bias":
         return False
     return True

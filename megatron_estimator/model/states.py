@@ -137,7 +137,12 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             fp8_copies += fp8_scaling_state_bytes(config, sum(1 for t in group if t.kind == "linear")) if prec.fp8 else 0
             local = numel / shard if distributed else numel
             master += int(local * master_bytes)
-            moments += int(sum(t.numel * moment_bytes(config, t) for t in group) / (shard if distributed else 1))
+            # moment_bytes depends on a tensor's kind only: one call per kind (exact, ints).
+            by_kind: dict[str, int] = {}
+            for t in group:
+                by_kind[t.kind] = by_kind.get(t.kind, 0) + t.numel
+            kind_moments = sum(n * moment_bytes(config, ParamTensor("", 0, expert, kind)) for kind, n in by_kind.items())
+            moments += int(kind_moments / (shard if distributed else 1))
     if ping_pong:
         master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
                                                       master_bytes, dense_shard, expert_shard)
