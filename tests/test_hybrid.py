@@ -273,3 +273,13 @@ def test_megatron_lms_mamba_train_sh(tmp_path):
     layers = pattern.count("M") * mamba + pattern.count("*") * attention + pattern.count("-") * mlp
     assert doc["total_parameters"] == layers + 2 * vocab * h + h
     assert re.search(r"hybrid", doc["model"]["family"])
+
+
+def test_the_report_states_the_mamba_kernel_assumption_only_when_there_are_mamba_layers():
+    from megatron_estimator.report.assumptions import state_all
+
+    _, with_mamba = hybrid_estimate("M*M-")
+    stated = [a.text for a in state_all(with_mamba.assumed) if a.key == "mamba_kernels"]
+    assert len(stated) == 1 and stated[0].startswith("Mamba layers (2): ") and "mamba_ssm" in stated[0]
+    _, without = hybrid_estimate("*-*-")
+    assert not [a for a in without.assumed if a.code == "mamba_kernels"]

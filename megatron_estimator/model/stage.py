@@ -466,6 +466,11 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
             most, rank = max(buffers, default=(0, 0))
             facts.update(most_bytes=most, stage=rank, ep_dp_bytes=_ep_dp_load_bytes(config) if most else None)
         items.append(Assumed("resume", resume.resumes, facts))
+    hybrid = config.model.hybrid
+    if hybrid is not None and "M" in hybrid.layer_kinds:
+        # model/activations.py: what a Mamba layer holds is what mamba_ssm's training kernels save
+        # (MambaSplitConv1dScanCombinedFn, LayerNormFn), outside megatron-core.
+        items.append(Assumed("mamba_kernels", None, {"layers": hybrid.layer_kinds.count("M")}))
     if k.tp_comm_overlap:
         items.append(Assumed("tp_comm_overlap"))
     for note in config.notes:

@@ -116,6 +116,13 @@ def _tp_comm_overlap(a: Assumed) -> str:
             "allocated outside PyTorch's allocator and are not in the device peak")
 
 
+def _mamba_kernels(a: Assumed) -> str:
+    return (f"Mamba layers ({a.facts['layers']}): activations are what mamba_ssm 2.x's fused kernels save for "
+            "backward (mamba_split_conv1d_scan_combined: zxbcdt and the scan output; the gated RMSNorm's input "
+            "and fp32 statistics), on the memory-efficient path; "
+            "mamba_ssm is outside megatron-core and its version is not checked")
+
+
 def _megatron_derived(a: Assumed) -> str:
     return a.facts["note"]
 
@@ -135,6 +142,7 @@ SENTENCES: dict[str, Callable[[Assumed], str]] = {
     "routing": _routing,
     "resume": _resume,
     "tp_comm_overlap": _tp_comm_overlap,
+    "mamba_kernels": _mamba_kernels,
     "megatron_derived": _megatron_derived,
     "not_modelled": _not_modelled,
 }
