@@ -641,6 +641,23 @@ def test_megatron_example_style_script_arguments_and_optional_flags_are_notices(
     assert launch.opaque_indexes == frozenset({4, 6, 8, 10})
 
 
+def test_an_unset_value_of_a_list_flag_is_dropped_as_bash_drops_it(tmp_path):
+    # Megatron-LM's examples/mamba/train.sh: DATA_PATH=$1 ... --data-path ${DATA_PATH}; --data-path
+    # takes nargs='*' (megatron/training/arguments.py), so with $1 not given bash passes no word and
+    # Megatron gets --data-path with an empty list.
+    path = script(tmp_path, """
+        DATA_PATH=$1
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 \\
+            --data-path ${DATA_PATH} --split 99,1,0
+        """)
+    launch, problems = load_launch_script(path, {})
+    assert problems == ()
+    assert launch.megatron_argv == ("--num-layers", "2", "--data-path", "--split", "99,1,0")
+    assert launch.notices == (
+        f"{path}:1 $1: $1 is the script's argument 1, which was not given (bash would expand it to nothing); "
+        f"--data-path at {path}:3 gets no value from `$1` (bash drops the empty word)",)
+
+
 def test_an_unknown_value_that_decides_the_model_stays_one_problem(tmp_path):
     path = script(tmp_path, """
         torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $NL --hidden-size 64

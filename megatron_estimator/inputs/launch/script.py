@@ -314,7 +314,11 @@ class _Loader(CommandVisitor):
                 continue
             unset = all(c.fallback == "" for c in causes)
             if role.spec is not None and unset and token.empty_when_unset and role.spec.nargs in ("*", "+"):
-                role = replace(role, spec=None)     # one of a list of values: bash drops it, the list stays
+                # One of a list of values: bash drops the empty word and the flag keeps the others.
+                for cause in causes:
+                    self.notice(cause, f"{role.option} at {token.word_location} gets no value from `{token.text}` "
+                                       "(bash drops the empty word)")
+                continue
             if role.spec is None and role.option is not None and not token.text.startswith("-"):
                 for cause in causes:     # Megatron's validation and memory never read the script's own flags
                     self.notice(cause, f"{role.option} at {token.word_location}, a flag Megatron does not know "
