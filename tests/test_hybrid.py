@@ -283,3 +283,13 @@ def test_the_report_states_the_mamba_kernel_assumption_only_when_there_are_mamba
     assert len(stated) == 1 and stated[0].startswith("Mamba layers (2): ") and "mamba_ssm" in stated[0]
     _, without = hybrid_estimate("*-*-")
     assert not [a for a in without.assumed if a.code == "mamba_kernels"]
+
+
+@pytest.mark.parametrize("spec, assumed", [
+    ("megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec", False),
+    ("megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec", False),
+    ("my_specs custom_stack_spec", True),
+])
+def test_the_standard_hybrid_stack_spec_is_what_the_model_counts(spec, assumed):
+    cfg, _ = hybrid_estimate("M*M-", f"--spec {spec}")
+    assert ("--spec" in [flag for flag, _ in cfg.not_modelled]) is assumed

@@ -321,6 +321,17 @@ def deterministic_fallback(ns: Mapping[str, Any], environ: Mapping[str, str],
             f"attention (s^2 memory)")
 
 
+# The hybrid stack specs Megatron-LM's hybrid entry scripts are given with --spec (hybrid_builders.py
+# imports args.spec; megatron/core/models/hybrid/hybrid_layer_specs.py defines hybrid_stack_spec and its
+# alias mamba_stack_spec; megatron/core/models/mamba/mamba_layer_specs.py before the hybrid rename):
+# the layers config/hybrid.py and the model count.
+HYBRID_STACK_SPECS = frozenset({
+    ("megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec"),
+    ("megatron.core.models.hybrid.hybrid_layer_specs", "mamba_stack_spec"),
+    ("megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"),
+})
+
+
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
                  notes: tuple[str, ...] = (), given: frozenset = frozenset(),
                  run: RunContext = RunContext(), family: str = "gpt") -> EstimatorConfig:
@@ -492,6 +503,8 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         fused_weighted_squared_relu=bool(ns.get("use_fused_weighted_squared_relu")),
     )
     not_modelled = ()
+    if hybrid is not None and tuple(ns.get("spec") or ()) in HYBRID_STACK_SPECS:
+        given = [dest for dest in given if dest != "spec"]     # the layer spec the hybrid model is built with
     if given:
         from megatron_estimator.megatron.flag_effects import memory_assumptions
 
