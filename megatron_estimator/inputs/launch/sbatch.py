@@ -77,13 +77,18 @@ _SBATCH_VALUE_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--n
                          "--gres": "gres", "-G": "gpus", "--gpus": "gpus"}
 
 
-def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
-    """The #SBATCH lines before the first command (sbatch stops reading them there)."""
+def read_sbatch(text: str, display: str, line_locations=None) -> tuple[SbatchHeaders, list[Problem]]:
+    """The #SBATCH lines before the first command (sbatch stops reading them there).
+
+    ``line_locations``: the ``file:line`` of each line of ``text`` (a here-document's lines are
+    where they are written in the script that feeds it to sbatch); None: ``display:N``."""
     import shlex
 
     problems: list[Problem] = []
     given: dict[str, tuple[str, str]] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
+        where_line = (str(line_locations[lineno - 1]) if line_locations is not None and lineno <= len(line_locations)
+                      else f"{display}:{lineno}")
         stripped = line.strip()
         if lineno == 1 and stripped.startswith("#!"):
             continue
@@ -93,7 +98,7 @@ def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
             try:
                 tokens = shlex.split(line[len("#SBATCH"):], comments=True)
             except ValueError:
-                problems.append(Problem("invalid-launcher-option", f"{display}:{lineno}",
+                problems.append(Problem("invalid-launcher-option", where_line,
                                         "this #SBATCH line has an unclosed quote"))
                 continue
             k = 0
@@ -106,7 +111,7 @@ def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
                         value = tokens[k + 1] if k + 1 < len(tokens) else ""
                         spelled = f"{tok} {value}"
                         k += 1
-                    given[_SBATCH_VALUE_OPTIONS[name]] = (value, f"{display}:{lineno}", spelled)
+                    given[_SBATCH_VALUE_OPTIONS[name]] = (value, where_line, spelled)
                 elif not tok.startswith("--") and tok[:2] in _SBATCH_VALUE_OPTIONS:
                     value = tok[2:]
                     spelled = tok
@@ -114,7 +119,7 @@ def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
                         value = tokens[k + 1] if k + 1 < len(tokens) else ""
                         spelled = f"{tok} {value}"
                         k += 1
-                    given[_SBATCH_VALUE_OPTIONS[tok[:2]]] = (value, f"{display}:{lineno}", spelled)
+                    given[_SBATCH_VALUE_OPTIONS[tok[:2]]] = (value, where_line, spelled)
                 k += 1
             continue
         if stripped.startswith("#"):
