@@ -74,6 +74,12 @@ class Lexer:
                     while begin < end and self.s[begin] == "\t":
                         begin += 1
                 line = self.s[begin:end]
+                # unquoted: a backslash-newline joins the next line before the delimiter is looked for
+                while not doc.quoted and end < self.n and (len(line) - len(line.rstrip("\\"))) % 2:
+                    nxt = self.s.find("\n", end + 1)
+                    nxt = self.n if nxt < 0 else nxt
+                    line = line[:-1] + self.s[end + 1:nxt]
+                    end = nxt
                 self.i = min(end + 1, self.n)
                 if line == doc.delimiter:
                     doc.closed = True
