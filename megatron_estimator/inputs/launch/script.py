@@ -188,7 +188,8 @@ class _Loader(CommandVisitor):
         sbatch = None
         if kind == "sbatch":
             starts = [0] + [k + 1 for k, c in enumerate(text) if c == "\n" and k + 1 < len(text)]
-            sbatch, problems = read_sbatch(text, self.display, [origins[k] for k in starts])
+            sbatch, problems = read_sbatch(text, self.display, [origins[k] for k in starts],
+                                           (argv[1:], str(command.origin)))
             self.problems.extend(problems)
             for name, (value, phrase) in sbatch.slurm_environment().items():
                 env[name] = value
