@@ -7,9 +7,13 @@ arithmetic expansion, the environment of a simple command), worked out by hand f
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 import os
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from megatron_estimator.core.problems import ProblemCollector
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
@@ -149,3 +153,58 @@ def test_a_syntax_error_stops_the_read_with_one_located_problem():
     assert completed is False
     assert len(problems) == 1 and problems[0].code == "shell-syntax-error"
     assert problems[0].location.startswith("job.sh:")
+
+
+def stdin_text(command: ExecutedCommand) -> str:
+    return "".join(seg.text for seg in command.stdin)
+
+
+def test_a_here_document_reaches_the_caller_as_the_commands_standard_input():
+    # bash(1), Here Documents: unquoted delimiter -> parameter, command and arithmetic expansion,
+    # a backslash quotes only \ $ ` and newline ("\"" stays two characters); quoted -> as written;
+    # <<- removes leading tabs from each line and the delimiter line.
+    recorder, problems, completed, _ = read(
+        "X=hello\n"
+        "tool <<EOF\n"
+        "a $X \\$X $((1 + 2)) \\\"q\\\"\n"
+        "EOF\n"
+        "tool <<'EOF'\n"
+        "b $X\n"
+        "EOF\n"
+        "tool <<\\EOF\n"
+        "c $X\n"
+        "EOF\n"
+        "tool <<-END\n"
+        "\t\td $X\n"
+        "\tEND\n"
+        "plain\n")
+    assert completed and problems == ()
+    assert [c.argv for c in recorder.commands] == [("tool",)] * 4 + [("plain",)]
+    first, quoted, escaped, tabs, plain = recorder.commands
+    assert stdin_text(first) == 'a hello $X 3 \\"q\\"\n'
+    assert stdin_text(quoted) == "b $X\n"
+    assert stdin_text(escaped) == "c $X\n"
+    assert stdin_text(tabs) == "d hello\n"
+    assert plain.stdin is None
+    # each character is where it was written: the body's on its own line, the value where it was set
+    segs = first.stdin
+    assert str(segs[0].origins[0]) == "job.sh:3" and segs[1].text == "hello" and str(segs[1].origins[0]) == "job.sh:1"
+    assert [str(o) for o in quoted.stdin[0].origins] == ["job.sh:6"] * 5
+    assert str(tabs.stdin[0].origins[0]) == "job.sh:12"
+
+
+def test_here_document_expansion_agrees_with_bash(tmp_path):
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    text = ("X='a  b'\nN=3\n"
+            "cat <<EOF\n$X ${N} \"$X\" '$N' \\$N \\\\ $((N*2)) \\\"\nline2 \\\nEOF\n"
+            "cat <<'EOF'\n$X \\$N\nEOF\n"
+            "cat <<-EOF\n\t\t$N\tx\n\tEOF\n")
+    path = tmp_path / "h.sh"
+    path.write_text(text)
+    expected = subprocess.run([bash, str(path)], env={"PATH": os.environ.get("PATH", "")}, check=True,
+                              capture_output=True, text=True, timeout=60).stdout
+    recorder, problems, completed, _ = read(text)
+    assert completed and problems == ()
+    assert "".join(stdin_text(c) for c in recorder.commands) == expected

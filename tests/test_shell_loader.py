@@ -711,3 +711,100 @@ def test_a_guard_on_an_unset_variable_is_assumed_to_pass(tmp_path):
         """)
     launch, problems = load_launch_script(path, {})
     assert (problems, launch.world_size, launch.notices) == ((), 16, ())
+
+
+# ---- here-documents read as the script they feed ----------------------------------------
+
+def test_a_launch_in_an_sbatch_here_document_is_the_jobs(tmp_path):
+    # sbatch with no script file reads the script from standard input (sbatch(1)); the unquoted
+    # delimiter expands $LAYERS where the here-document is written (bash(1), Here Documents).
+    path = script(tmp_path, """
+        #!/bin/bash
+        LAYERS=4
+        sbatch <<EOF
+        #!/bin/bash
+        #SBATCH --nodes=2
+        #SBATCH --ntasks-per-node=8
+        srun python pretrain_gpt.py --num-layers $LAYERS --hidden-size 256 \\
+            --micro-batch-size 1
+        EOF
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert problems == ()
+    assert launch.location == f"{path}:7"
+    assert launch.command.argv == ("srun", "python", "pretrain_gpt.py", "--num-layers", "4", "--hidden-size", "256",
+                                   "--micro-batch-size", "1")
+    # 2 nodes x 8 tasks per node
+    assert launch.world_size == 16
+    assert launch.world_size_source == (f"srun with SLURM_NTASKS=16 from #SBATCH --nodes=2 ({path}:5) "
+                                        f"--ntasks-per-node=8 ({path}:6)")
+    assert launch.sbatch == SbatchHeaders(nodes=2, ntasks_per_node=8,
+                                          given=(("nodes", ("2", f"{path}:5", "--nodes=2")),
+                                                 ("ntasks-per-node", ("8", f"{path}:6", "--ntasks-per-node=8"))))
+    # each flag where it is written inside the here-document; the value 4 where it was set
+    assert list(zip(launch.megatron_argv, launch.megatron_locations)) == [
+        ("--num-layers", f"{path}:7"), ("4", f"{path}:2"), ("--hidden-size", f"{path}:7"), ("256", f"{path}:7"),
+        ("--micro-batch-size", f"{path}:8"), ("1", f"{path}:8")]
+
+
+def test_a_quoted_delimiter_leaves_the_here_document_to_the_job(tmp_path):
+    # <<"EOF": no expansion where it is written; the job's shell expands $LAYERS from its
+    # environment (exported, so sbatch passes it on) and finds $HIDDEN unset (not exported).
+    # sbatch's own -N 4 wins over the #SBATCH line (sbatch(1)).
+    path = script(tmp_path, """
+        export LAYERS=4
+        HIDDEN=256
+        sbatch -N 4 <<"EOF"
+        #SBATCH --nodes=2
+        #SBATCH --ntasks-per-node=8
+        srun python pretrain_gpt.py --num-layers $LAYERS --hidden-size $HIDDEN
+        EOF
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert [(p.code, p.location) for p in problems] == [("unresolved-variable", f"{path}:6 HIDDEN")]
+    assert launch.megatron_argv == ("--num-layers", "4", "--hidden-size", "$HIDDEN")
+    assert launch.megatron_locations == (f"{path}:6",) * 4
+    assert launch.world_size == 32
+    assert launch.world_size_source == (f"srun with SLURM_NTASKS=32 from #SBATCH -N 4 ({path}:3) "
+                                        f"--ntasks-per-node=8 ({path}:5)")
+
+
+def test_bash_and_srun_bash_s_read_a_here_document_as_their_script(tmp_path):
+    # <<- removes the leading tabs; `srun bash -s` and plain `bash` read the script from stdin.
+    path = script(tmp_path, "L=2\nsrun -N 1 bash -s <<-EOF\n\ttorchrun --nproc-per-node 8 pretrain_gpt.py "
+                            "--num-layers $L\n\tEOF\n")
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert problems == ()
+    assert launch.location == f"{path}:3"
+    assert launch.world_size == 8
+    assert list(zip(launch.megatron_argv, launch.megatron_locations)) == [("--num-layers", f"{path}:3"),
+                                                                          ("2", f"{path}:1")]
+    plain = script(tmp_path, "bash -x <<'EOF'\npython pretrain_gpt.py --num-layers 2\nEOF\n", "plain.sh")
+    launch, problems = load_launch_script(plain, {"PWD": str(tmp_path)})
+    assert problems == () and launch.location == f"{plain}:2" and launch.megatron_argv == ("--num-layers", "2")
+
+
+@pytest.mark.parametrize("line", ["sbatch job.sh <<EOF", "bash run.sh <<EOF", "bash -c 'cat' <<EOF", "cat <<EOF"])
+def test_a_here_document_that_is_not_the_script_is_not_read_as_one(tmp_path, line):
+    path = script(tmp_path, f"{line}\nsrun python pretrain_gpt.py --num-layers 2\nEOF\n")
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert launch is None
+    assert [p.code for p in problems] == ["no-launch-line"]
+
+
+def test_megatron_fsdp_example_submits_its_launch_in_a_here_document():
+    example = "/work/tools/mlm_examples/examples_megatron_fsdp_sbatch_mfsdp_deepseek_v3.sh"
+    if not os.path.isfile(example):
+        pytest.skip("the Megatron-LM examples are not on this machine (/work/tools)")
+    launch, problems = load_launch_script(example, {"PWD": "/tmp"})
+    # its #SBATCH lines are placeholders: each is a located problem, and the launch is still found
+    with open(example) as handle:
+        lines = handle.read().splitlines()
+    nodes = next(n for n, text in enumerate(lines, 1) if text.startswith("#SBATCH --nodes="))
+    assert [(p.code, p.location) for p in problems] == [
+        ("invalid-launcher-option", f"{example}:{nodes + 2} --gres"),
+        ("invalid-launcher-option", f"{example}:{nodes} --nodes"),
+        ("invalid-launcher-option", f"{example}:{nodes + 1} --ntasks-per-node")]
+    assert launch is not None and launch.command.script.endswith("/pretrain_gpt.py")
+    assert launch.command.launcher == "srun"
+    assert launch.megatron_argv[:2] == ("--distributed-timeout-minutes", "60")

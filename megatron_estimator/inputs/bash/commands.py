@@ -25,6 +25,7 @@ class ExecutedCommand:
     conditions: tuple[str, ...]      # the conditions that cannot be decided statically it runs under, outermost first
     resolved: bool = True            # False: the program's own name cannot be known statically
     last_line: Origin | None = None  # the last simple command read: this one, or one inside its $(...)
+    stdin: tuple | None = None       # a here-document's text (segments, each character located), expanded as bash does
 
     @property
     def argv(self) -> tuple[str, ...]:

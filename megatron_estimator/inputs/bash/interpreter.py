@@ -18,6 +18,7 @@ from megatron_estimator.inputs.bash.builtins import BUILTINS
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
 from megatron_estimator.inputs.bash.conditions import Conditions
 from megatron_estimator.inputs.bash.expansion import Expansion
+from megatron_estimator.inputs.bash.lexer import Lexer
 from megatron_estimator.inputs.bash.pattern import glob_to_regex
 from megatron_estimator.inputs.bash.state import FunctionReturn, ImpureCommand, LoopJump, ScriptExit, ShellState
 from megatron_estimator.inputs.bash.syntax import (
@@ -25,7 +26,7 @@ from megatron_estimator.inputs.bash.syntax import (
     Simple, While, Word,
 )
 from megatron_estimator.inputs.bash.values import (
-    MAX_DEPTH, MAX_LOOP_ITERATIONS, NAME, UNSUPPORTED, ArrayValue, Cause, Field, Origin, Var,
+    MAX_DEPTH, MAX_LOOP_ITERATIONS, NAME, UNSUPPORTED, ArrayValue, Cause, Field, Origin, Seg, Var,
     causes_of, fallback_text, is_known, lit_seg, text_of, value_key,
 )
 
@@ -508,7 +509,24 @@ class Interpreter(Expansion, Conditions):
     def report(self, fields: list[Field], temp_env: dict, node: Simple, resolved: bool) -> None:
         """Tell the visitor of a program the script executes here."""
         self.visitor.command(ExecutedCommand(tuple(fields), node.origin, dict(temp_env), dict(self.state.vars),
-                                             tuple(self.conditions), resolved, self.current_line))
+                                             tuple(self.conditions), resolved, self.current_line,
+                                             self.here_document(node)))
+
+    def here_document(self, node: Simple) -> tuple | None:
+        """The text a here-document on the command gives its standard input, as segments: the body
+        as written when the delimiter is quoted, else expanded as bash does (parameters, command
+        and arithmetic substitution; a backslash quotes only ``$``, a backquote, itself and a newline)."""
+        doc = next((r.heredoc for r in reversed(node.redirects) if r.heredoc is not None), None)
+        if doc is None:
+            return None
+        if not doc.text:
+            return ()
+        if doc.quoted:
+            return (Seg(doc.text, tuple(doc.origins)),)
+        end = doc.origins[-1]
+        lexer = Lexer(doc.text + "\x00", list(doc.origins) + [end])
+        parts = lexer.read_parts(stop="\x00", in_dquote=True, heredoc=True)
+        return self.expand_scalar(Word(parts, doc.origins[0], doc.text))
 
     def call_function(self, name: str, fields: list[Field], temp_env: dict, node: Simple):
         body = self.state.functions[name]

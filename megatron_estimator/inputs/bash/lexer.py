@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from megatron_estimator.inputs.bash.syntax import Arith, CmdSub, Lit, Param, ShellSyntaxError, Word
+from megatron_estimator.inputs.bash.syntax import Arith, CmdSub, HereDoc, Lit, Param, ShellSyntaxError, Word
 from megatron_estimator.inputs.bash.values import NAME, Origin
 
 METACHARS = frozenset(" \t\n;&|()<>")
@@ -20,7 +20,7 @@ class Lexer:
         self.o = list(origins)
         self.n = len(text)
         self.i = 0
-        self.heredocs: list[tuple[str, bool]] = []
+        self.heredocs: list[HereDoc] = []
         if self.n and not self.o:
             raise ValueError("origins needed")
         self._end = origins[-1] if origins else Origin("<empty>", 1)
@@ -63,16 +63,32 @@ class Lexer:
             return False
         self.i += 1
         while self.heredocs:
-            delimiter, strip = self.heredocs.pop(0)
+            doc = self.heredocs.pop(0)
+            chars: list[str] = []
+            origins: list[Origin] = []
             while self.i < self.n:
                 end = self.s.find("\n", self.i)
                 end = self.n if end < 0 else end
-                line = self.s[self.i:end]
+                begin = self.i
+                if doc.strip:
+                    while begin < end and self.s[begin] == "\t":
+                        begin += 1
+                line = self.s[begin:end]
+                # unquoted: a backslash-newline joins the next line before the delimiter is looked for
+                while not doc.quoted and end < self.n and (len(line) - len(line.rstrip("\\"))) % 2:
+                    nxt = self.s.find("\n", end + 1)
+                    nxt = self.n if nxt < 0 else nxt
+                    line = line[:-1] + self.s[end + 1:nxt]
+                    end = nxt
                 self.i = min(end + 1, self.n)
-                if (line.lstrip("\t") if strip else line) == delimiter:
+                if line == doc.delimiter:
+                    doc.closed = True
                     break
-            else:
-                pass
+                stop = min(end + 1, self.n)
+                chars.append(self.s[begin:stop])
+                origins.extend(self.o[begin:stop])
+            doc.text = "".join(chars)
+            doc.origins = tuple(origins)
         return True
 
     def skip_linebreaks(self) -> None:
@@ -108,8 +124,10 @@ class Lexer:
             raise self.error(f"expected a word, found {self.peek()!r}")
         return Word(parts, origin, self.s[start:self.i])
 
-    def read_parts(self, stop: str | None, in_dquote: bool, pattern: bool = False, regex: bool = False) -> list:
-        """Read word parts up to an unquoted metacharacter (or ``stop``, for ${...} args)."""
+    def read_parts(self, stop: str | None, in_dquote: bool, pattern: bool = False, regex: bool = False,
+                   heredoc: bool = False) -> list:
+        """Read word parts up to an unquoted metacharacter (or ``stop``, for ${...} args);
+        ``heredoc``: a here-document's body, where a backslash does not quote a double quote."""
         parts: list = []
         buf: list[str] = []
         buf_o: list[Origin] = []
@@ -170,7 +188,7 @@ class Lexer:
                     self.i += 2
                     continue
                 if in_dquote and stop != "}":
-                    if nxt in "$`\"\\":
+                    if nxt in ("$`\\" if heredoc else "$`\"\\"):
                         add(nxt, self.i + 1, True)
                         self.i += 2
                     else:

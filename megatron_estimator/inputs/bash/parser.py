@@ -12,7 +12,7 @@ from typing import Sequence
 
 from megatron_estimator.inputs.bash.lexer import METACHARS, Lexer
 from megatron_estimator.inputs.bash.syntax import (
-    AndOr, ArithCmd, ArithFor, Assign, Case, CondCmd, For, FuncDef, Group, If, ListNode, Pipeline, Redirect,
+    AndOr, ArithCmd, ArithFor, Assign, Case, CondCmd, For, FuncDef, Group, HereDoc, If, ListNode, Pipeline, Redirect,
     Simple, While, Word,
 )
 from megatron_estimator.inputs.bash.values import NAME, Origin
@@ -441,10 +441,12 @@ class Parser(Lexer):
         self.skip_blanks()
         if op in ("<<", "<<-"):
             word = self.parse_word()
+            quoted = any(c in word.raw for c in "'\"\\")
             delimiter = word.plain() if word.plain() is not None else word.raw
             delimiter = delimiter.replace("'", "").replace('"', "")
-            self.heredocs.append((delimiter, op == "<<-"))
-            return Redirect(op, None, origin)
+            doc = HereDoc(delimiter, op == "<<-", quoted)
+            self.heredocs.append(doc)
+            return Redirect(op, None, origin, doc)
         process_substitution = self.s.startswith("<(", self.i) or self.s.startswith(">(", self.i)
         if self.i >= self.n or (self.s[self.i] in "\n;&|()<>" and not process_substitution):
             raise self.error(f"redirection {op} without a target")

@@ -88,10 +88,25 @@ class Assign:
 
 
 @dataclass
+class HereDoc:
+    """The body of a here-document (``<<EOF`` / ``<<-EOF``), filled in by the lexer when it
+    reaches the lines after the command; ``quoted``: the delimiter was quoted (``'EOF'``,
+    ``"EOF"``, ``\\EOF``), so the body is not expanded; ``strip``: ``<<-`` (leading tabs removed)."""
+
+    delimiter: str
+    strip: bool
+    quoted: bool
+    text: str = ""
+    origins: tuple = ()              # one Origin per character of text
+    closed: bool = False             # the delimiter line was found
+
+
+@dataclass
 class Redirect:
     op: str
     target: Word | None
     origin: Origin
+    heredoc: HereDoc | None = None   # for << and <<-
 
 
 @dataclass

@@ -77,13 +77,44 @@ _SBATCH_VALUE_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--n
                          "--gres": "gres", "-G": "gpus", "--gpus": "gpus"}
 
 
-def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
-    """The #SBATCH lines before the first command (sbatch stops reading them there)."""
+def read_sbatch(text: str, display: str, line_locations=None,
+                command_line: tuple | None = None) -> tuple[SbatchHeaders, list[Problem]]:
+    """The #SBATCH lines before the first command (sbatch stops reading them there).
+
+    ``line_locations``: the ``file:line`` of each line of ``text`` (a here-document's lines are
+    where they are written in the script that feeds it to sbatch); None: ``display:N``.
+    ``command_line``: (the options given to sbatch itself, their ``file:line``), read after the
+    ``#SBATCH`` lines, which they override."""
     import shlex
 
     problems: list[Problem] = []
     given: dict[str, tuple[str, str]] = {}
+
+    def take(tokens: list[str], where_line: str) -> None:
+        k = 0
+        while k < len(tokens):
+            tok = tokens[k]
+            name, eq, value = tok.partition("=")
+            if tok.startswith("--") and name in _SBATCH_VALUE_OPTIONS:
+                spelled = tok
+                if not eq:
+                    value = tokens[k + 1] if k + 1 < len(tokens) else ""
+                    spelled = f"{tok} {value}"
+                    k += 1
+                given[_SBATCH_VALUE_OPTIONS[name]] = (value, where_line, spelled)
+            elif not tok.startswith("--") and tok[:2] in _SBATCH_VALUE_OPTIONS:
+                value = tok[2:]
+                spelled = tok
+                if not value:
+                    value = tokens[k + 1] if k + 1 < len(tokens) else ""
+                    spelled = f"{tok} {value}"
+                    k += 1
+                given[_SBATCH_VALUE_OPTIONS[tok[:2]]] = (value, where_line, spelled)
+            k += 1
+
     for lineno, line in enumerate(text.splitlines(), 1):
+        where_line = (str(line_locations[lineno - 1]) if line_locations is not None and lineno <= len(line_locations)
+                      else f"{display}:{lineno}")
         stripped = line.strip()
         if lineno == 1 and stripped.startswith("#!"):
             continue
@@ -93,33 +124,16 @@ def read_sbatch(text: str, display: str) -> tuple[SbatchHeaders, list[Problem]]:
             try:
                 tokens = shlex.split(line[len("#SBATCH"):], comments=True)
             except ValueError:
-                problems.append(Problem("invalid-launcher-option", f"{display}:{lineno}",
+                problems.append(Problem("invalid-launcher-option", where_line,
                                         "this #SBATCH line has an unclosed quote"))
                 continue
-            k = 0
-            while k < len(tokens):
-                tok = tokens[k]
-                name, eq, value = tok.partition("=")
-                if tok.startswith("--") and name in _SBATCH_VALUE_OPTIONS:
-                    spelled = tok
-                    if not eq:
-                        value = tokens[k + 1] if k + 1 < len(tokens) else ""
-                        spelled = f"{tok} {value}"
-                        k += 1
-                    given[_SBATCH_VALUE_OPTIONS[name]] = (value, f"{display}:{lineno}", spelled)
-                elif not tok.startswith("--") and tok[:2] in _SBATCH_VALUE_OPTIONS:
-                    value = tok[2:]
-                    spelled = tok
-                    if not value:
-                        value = tokens[k + 1] if k + 1 < len(tokens) else ""
-                        spelled = f"{tok} {value}"
-                        k += 1
-                    given[_SBATCH_VALUE_OPTIONS[tok[:2]]] = (value, f"{display}:{lineno}", spelled)
-                k += 1
+            take(tokens, where_line)
             continue
         if stripped.startswith("#"):
             continue
         break
+    if command_line is not None:             # sbatch's own options win over the script's (sbatch(1))
+        take(list(command_line[0]), command_line[1])
 
     def count(key: str, allow_range: bool = False) -> int | None:
         if key not in given:

@@ -109,6 +109,7 @@ class _Candidate:
     conditions: tuple
     exports: dict                  # name -> Var, exported at the launch
     temp_env: dict                 # name -> (segs, origin): VAR=x on the launch line
+    sbatch: SbatchHeaders | None = None  # the #SBATCH lines of the here-document sbatch reads it from
 
 
 @dataclass
@@ -148,6 +149,8 @@ class _Loader(CommandVisitor):
 
     def command(self, command: ExecutedCommand) -> None:
         if command.resolved:
+            if command.stdin is not None and self.run_here_document(command):
+                return
             self.consider_launch(command)
             return
         fields = command.fields
@@ -157,6 +160,47 @@ class _Loader(CommandVisitor):
                 f"the command at {command.origin} starts with `{fields[0].text}`, which cannot be resolved statically: "
                 f"{cause.message}")))
             self.unresolved_launches.append((command.origin, cause, fields[0]))
+
+    def run_here_document(self, command: ExecutedCommand) -> bool:
+        """A here-document fed to a shell that reads its script from standard input (``bash``,
+        ``sh``, ``bash -s``, ``srun ... bash -s``) or to ``sbatch`` without a script file: the body
+        is that script, so it is read as one, each of its lines where it is written; for sbatch
+        its ``#SBATCH`` lines are the job's (they make the ``SLURM_*`` variables the job starts
+        with).  False: the command reads its standard input some other way."""
+        argv = command.argv
+        reader_at = _stdin_script_reader(argv)
+        if reader_at is None:
+            return False
+        chars: list[str] = []
+        origins: list[Origin] = []
+        for seg in command.stdin:
+            chars.append(seg.text)
+            if len(seg.origins) == len(seg.text):
+                origins.extend(seg.origins)
+            else:
+                origins.extend((seg.origins[0] if seg.origins else command.origin,) * len(seg.text))
+        text = "".join(chars)
+        env, _origins = self.launch_env(command)
+        kind, index = reader_at
+        positional = [argv[index]]
+        if kind == "shell":
+            positional += list(argv[index + 1:][_shell_options_end(argv[index + 1:]):])
+        sbatch = None
+        if kind == "sbatch":
+            starts = [0] + [k + 1 for k, c in enumerate(text) if c == "\n" and k + 1 < len(text)]
+            sbatch, problems = read_sbatch(text, self.display, [origins[k] for k in starts],
+                                           (argv[1:], str(command.origin)))
+            self.problems.extend(problems)
+            for name, (value, phrase) in sbatch.slurm_environment().items():
+                env[name] = value
+                self.env_phrases[name] = phrase
+        first = len(self.candidates)
+        problems = self.reader.run_string(text, origins, env, positional, self)
+        self.problems.extend(problems)
+        if sbatch is not None:
+            for k in range(first, len(self.candidates)):
+                self.candidates[k] = replace(self.candidates[k], sbatch=sbatch)
+        return True
 
     def script_token(self, f: Field) -> ScriptToken:
         first = next((s for s in f.segs if s.origins), None)
@@ -439,5 +483,63 @@ def load_launch_script(
     candidate = loader.choose(line)
     if candidate is None:
         return None, loader.problems.problems
-    launch = loader.build(candidate, sbatch)
+    launch = loader.build(candidate, candidate.sbatch if candidate.sbatch is not None else sbatch)
     return launch, loader.problems.problems
+
+
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+
+
+def _shell_options_end(args: Sequence[str]) -> int:
+    """Where a shell's options end (``-x``, ``-e``, ``-o pipefail``, ``--``); the rest are operands."""
+    k = 0
+    while k < len(args):
+        arg = args[k]
+        if arg == "--":
+            return k + 1
+        if not arg.startswith(("-", "+")) or arg in ("-", "+"):
+            return k
+        if arg in ("-o", "+o", "-O", "+O"):
+            k += 1
+        k += 1
+    return k
+
+
+def _stdin_script_reader(argv: Sequence[str]) -> tuple[str, int] | None:
+    """("shell", i) when argv[i] is a shell that reads its script from standard input (no ``-c``,
+    no script file, or ``-s``: bash(1)), reached directly or through ``srun``; ("sbatch", 0) for
+    sbatch with no script file and no ``--wrap`` (sbatch(1) then reads the script from standard
+    input); None otherwise."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    if name == "sbatch":
+        args = argv[1:]
+        k = 0
+        while k < len(args):
+            arg = args[k]
+            if arg.startswith("--wrap"):
+                return None
+            if not arg.startswith("-"):
+                previous = args[k - 1] if k else ""
+                takes_value = previous.startswith("-") and "=" not in previous and (
+                    len(previous) == 2 or previous.startswith("--"))
+                if not takes_value:
+                    return None             # a script file: the here-document is not its script
+            k += 1
+        return "sbatch", 0
+    start = 0
+    if name == "srun":
+        start = next((k for k in range(1, len(argv)) if os.path.basename(argv[k]) in _SHELLS), None)
+        if start is None:
+            return None
+    elif name not in _SHELLS:
+        return None
+    args = list(argv[start + 1:])
+    end = _shell_options_end(args)
+    options = args[:end]
+    if any(o.startswith("-") and not o.startswith("--") and "c" in o[1:] for o in options if o not in ("-o", "-O")):
+        return None
+    if end < len(args) and not any(o.startswith("-") and not o.startswith("--") and "s" in o[1:] for o in options):
+        return None                         # a script file is the script
+    return "shell", start
