@@ -495,20 +495,25 @@ def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: st
 def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
          budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
          preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
-         space=None, proxy=None, overheads=None, environ: Mapping[str, str] | None = None, verify: bool = True):
+         space=None, proxy=None, overheads=None, environ: Mapping[str, str] | None = None, verify: bool = True,
+         progress=None, clock=None):
     """Every layout of the model (``plan_input``) on ``world_size`` GPUs that Megatron accepts
     and that fits the budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``),
     ranked by the throughput proxy (``planner.search``): a ``results.plan.Plan``.  The best
     ``top`` (all with None) become candidates; with ``verify`` each is re-estimated through
     ``evaluate`` (its ``estimate``), and its figures must agree.  Raises InvalidInput with
-    every problem of the input; a plan where nothing fits has ``fitting == 0``."""
+    every problem of the input; a plan where nothing fits has ``fitting == 0``.
+    ``progress``: a callable given a ``results.plan.SearchProgress`` when the search runs past
+    a second (by ``clock``, default ``time.perf_counter``), then about once a second; the
+    planner itself never prints."""
     import time
 
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.planner.search import search
     from megatron_estimator.results.plan import ProxyAssumptions, SearchSpace
 
-    started = time.perf_counter()
+    clock = clock or time.perf_counter
+    started = clock()
     problems: list[Problem] = []
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         problems.append(Problem("out-of-range", "--world-size", f"world size {world_size!r} must be a positive integer"))
@@ -552,7 +557,8 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
 
     return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_size,
                   budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),
-                  proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started)
+                  proxy=proxy or ProxyAssumptions(), top=top, verify=verifier if verify else None, started=started,
+                  progress=progress, clock=clock)
 
 
 def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:

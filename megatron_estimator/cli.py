@@ -415,6 +415,36 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
     return path, args
 
 
+class PlanProgress:
+    """The planner's progress callback: where a search that runs past a second stands, on
+    ``stream`` (stderr, never stdout): one line each time, or one line rewritten with a
+    carriage return when the stream is a terminal (``finish`` ends it)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        try:
+            self.terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            self.terminal = False
+        self.width = 0
+
+    def __call__(self, state) -> None:
+        line = (f"plan: {state.searched:,} layouts searched, {state.fitting:,} fit so far "
+                f"(layout family {state.families_started:,} of {state.families:,}, {state.seconds:.0f} s)")
+        if self.terminal:
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = max(self.width, len(line))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.terminal and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.width = 0
+
+
 def cmd_plan(ns, environ) -> int:
     from megatron_estimator.api import overheads_from_settings, plan, plan_input, search_space, world_size_for
     from megatron_estimator.core.problems import InvalidInput, Problem
@@ -450,14 +480,17 @@ def cmd_plan(ns, environ) -> int:
         _emit(render_invalid(problems, fmt), sys.stdout)
         return EXIT_INVALID
     space = search_space(gpus_per_node=ns.gpus_per_node) if ns.gpus_per_node else search_space()
+    progress = PlanProgress(sys.stderr)
     try:
         result = plan(path, world_size=world, global_batch_size=gbs, budget=settings.budget,
                       budget_source=settings.source("budget"), extra_flags=flags, preset=ns.model,
                       hf_config=ns.hf_config, top=ns.top, space=space, overheads=overheads_from_settings(settings),
-                      environ=environ)
+                      environ=environ, progress=progress)
     except InvalidInput as err:
+        progress.finish()
         _emit(render_invalid(err.problems, fmt, searched=getattr(err, "searched", 0)), sys.stdout)
         return EXIT_INVALID
+    progress.finish()
     _emit(RENDERERS[fmt](result), sys.stdout)
     return EXIT_FITS if result.fits else EXIT_OVER_BUDGET
 

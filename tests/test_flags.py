@@ -696,3 +696,32 @@ def test_conditional_flags_are_accepted_with_a_note():
                                                      ("conditional-flag", "--kitchen-recipe-number")]
     assert "nvidia-modelopt" in notes[0].message and "kitchen" in notes[1].message
     assert conditional_flag_notes(parse_megatron_argv(GPT3_7B_TP1_PP4)[0]) == ()
+
+
+def test_defaults_are_cached_per_release_and_follow_the_chosen_one():
+    # Megatron's default namespace is built once per release's table (flag_table_for caches
+    # one table per label), and flag_table() follows the chosen release.  The value:
+    # megatron/training/arguments.py --data-parallel-sharding-strategy, default 'no_shard' at
+    # core_v0.14.0 and 'optim_grads_params' at main d98e8a64.
+    from megatron_estimator.megatron.releases import using_release
+
+    main_table = flag_table()
+    with using_release("0.14.0"):
+        old_table = flag_table()
+        assert old_table is flag_table() and old_table is not main_table
+        assert old_table._plain_namespace() is old_table._plain_namespace()
+        assert old_table.defaults()["data_parallel_sharding_strategy"] == "no_shard"
+    assert flag_table() is main_table
+    assert main_table.defaults()["data_parallel_sharding_strategy"] == "optim_grads_params"
+
+
+def test_namespace_default_is_defaults_get():
+    table = flag_table()
+    defaults = table.defaults()
+    for dest in table.dests():
+        assert table.namespace_default(dest) == defaults.get(dest), dest
+    assert table.namespace_default("export_model_type") is None     # conditional: not in the namespace
+    assert table.namespace_default("no_such_dest") is None
+    value = table.namespace_default("cp_comm_type")
+    value.append("a2a")
+    assert table.namespace_default("cp_comm_type") == ["p2p"]

@@ -42,7 +42,7 @@ def _smallest_world(ns: Mapping) -> int | None:
 def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None) -> tuple[int | None, str]:
     if world_size is not None:
         return world_size, source or "--world-size"
-    namespace = dict(flag_table().defaults())
+    namespace = flag_table().defaults()       # a fresh dict
     namespace.update({d: s.value for d, s in raw.settings.items()})
     smallest = _smallest_world(namespace)
     return smallest, "the smallest world the layout needs (data parallel 1)"
@@ -72,8 +72,8 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
             raise InvalidInput([refusal])
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
-    defaults = flag_table().defaults()
-    namespace = dict(defaults)
+    table = flag_table()
+    namespace = table.defaults()        # a fresh dict: Megatron's namespace before parsing
     namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
     normalize_namespace(namespace)      # --num-layers and MTP depths from a hybrid layer pattern
     unusable: set[str] = set()
@@ -98,7 +98,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     for dest in unusable:
         # A value of the wrong type or range is set aside (Megatron's default stands in), so
         # that the rules below still check everything else: every problem at once.
-        namespace[dest] = defaults.get(dest)
+        namespace[dest] = table.namespace_default(dest)
 
     tokenizer_defaulted = namespace.get("tokenizer_type") is None    # derive fills pretrain_gpt.py's
     derived, notes = derive_namespace(namespace, world)

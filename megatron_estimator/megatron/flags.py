@@ -193,15 +193,25 @@ class FlagTable:
         """Megatron's default for ``dest`` (a fresh copy when it is a list); KeyError if unknown."""
         return _copy(self._all_defaults()[dest])
 
-    def defaults(self) -> dict[str, Any]:
-        """Every always-registered dest -> its default: Megatron's namespace before parsing.
-        A new dict each call, its list defaults fresh copies (the table itself is read once)."""
+    def _plain_namespace(self) -> tuple[dict[str, Any], tuple[str, ...]]:
+        # Built once per table, and flag_table_for caches one table per release: the defaults
+        # are keyed by the chosen release.
         if self._namespace is None:
             everything = self._all_defaults()
             plain = {dest: everything[dest] for dest, indexes in self._by_dest.items()
                      if not self._rows[indexes[0]][9]}
             self._namespace = plain, tuple(d for d, v in plain.items() if isinstance(v, list))
-        plain, lists = self._namespace
+        return self._namespace
+
+    def namespace_default(self, dest: str) -> Any:
+        """``defaults().get(dest)`` without building the namespace: the default of an
+        always-registered dest (a fresh copy when it is a list), None for any other."""
+        return _copy(self._plain_namespace()[0].get(dest))
+
+    def defaults(self) -> dict[str, Any]:
+        """Every always-registered dest -> its default: Megatron's namespace before parsing.
+        A new dict each call, its list defaults fresh copies (the table itself is read once)."""
+        plain, lists = self._plain_namespace()
         namespace = dict(plain)
         for dest in lists:
             namespace[dest] = list(plain[dest])

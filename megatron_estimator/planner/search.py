@@ -16,7 +16,7 @@ import gc
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.core.problems import InvalidInput, Problem
@@ -35,7 +35,31 @@ from megatron_estimator.planner.space import (
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
     BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
-from megatron_estimator.results.plan import Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchSpace
+from megatron_estimator.results.plan import (
+    Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchProgress, SearchSpace)
+
+ProgressCallback = Callable[[SearchProgress], None]
+
+# A search that runs longer than this reports where it stands, and again after each interval.
+PROGRESS_AFTER_SECONDS = 1.0
+PROGRESS_EVERY_SECONDS = 1.0
+
+
+class _Progress:
+    """Calls ``callback`` once the clock has passed ``PROGRESS_AFTER_SECONDS`` since the start,
+    then at most once per ``PROGRESS_EVERY_SECONDS``; never for a search that ends sooner."""
+
+    def __init__(self, callback: ProgressCallback, clock: Callable[[], float], started: float):
+        self.callback, self.clock, self.started = callback, clock, started
+        self.due = started + PROGRESS_AFTER_SECONDS
+
+    def __call__(self, searched: int, fitting: int, started_families: int, families: int) -> None:
+        now = self.clock()
+        if now < self.due:
+            return
+        self.due = now + PROGRESS_EVERY_SECONDS
+        self.callback(SearchProgress(searched, fitting, started_families, families, now - self.started))
+
 
 
 @dataclass
@@ -118,6 +142,7 @@ class _Search:
         self.searched = self.valid = 0
         self.rejections: dict[str, int] = {}
         self.fits: list[_Fit] = []
+        self.progress: _Progress | None = None
 
     # -- the space -----------------------------------------------------------------------------
 
@@ -146,7 +171,12 @@ class _Search:
 
     def run(self) -> None:
         all_batches = self.batch_choices()
-        for tp, cp, pp, pipeline in self.families():
+        progress = self.progress
+        families = list(self.families()) if progress is not None else self.families()
+        total = len(families) if progress is not None else 0
+        for index, (tp, cp, pp, pipeline) in enumerate(families):
+            if progress is not None:
+                progress(self.searched, len(self.fits), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
             batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
@@ -169,6 +199,8 @@ class _Search:
             choice = [0, 0, 0, 0]
             fits, searched, valid = self.fits, 0, 0
             for e, (ep, etp) in enumerate(experts):
+                if progress is not None:
+                    progress(self.searched + searched, len(fits), index + 1, total)
                 choice[0] = e
                 code = verdicts.check(EXPERT, choice)
                 if code is not None:
@@ -361,14 +393,19 @@ class _Search:
 
 def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_source: str, overheads,
            environ: Mapping[str, str], space: SearchSpace, proxy: ProxyAssumptions, top: int | None = 10,
-           verify: Verifier | None = None, started: float | None = None) -> Plan:
+           verify: Verifier | None = None, started: float | None = None,
+           progress: ProgressCallback | None = None, clock: Callable[[], float] = time.perf_counter) -> Plan:
     """Every layout of ``inp`` (a ``TrainingInput``) on ``world_size`` GPUs that Megatron
     accepts and that fits ``budget`` bytes, ranked by the throughput proxy.  The best ``top``
     (all with None) become candidates, each checked with ``verify`` when given.  Raises
     NoValidLayout when no layout passes the rules; a plan where nothing fits has
-    ``fitting == 0``."""
-    started = time.perf_counter() if started is None else started
+    ``fitting == 0``.  ``progress``, when given, is called with a ``SearchProgress`` once the
+    search has run past a second by ``clock`` (``started`` is on that clock), then about once
+    a second: never for a search that ends sooner."""
+    started = clock() if started is None else started
     run = _Search(inp, world_size, global_batch_size, budget, budget_source, overheads, environ, space, proxy)
+    if progress is not None:
+        run.progress = _Progress(progress, clock, started)
     # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
     # built, none of them in a reference cycle: the cyclic collector would only walk them again
     # and again (a sixth of the run), and reference counting frees everything else.
@@ -391,7 +428,7 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
         budget_bytes=budget, budget_source=budget_source, candidates=candidates,
         searched=run.searched, valid=run.valid, fitting=len(run.fits),
-        seconds=time.perf_counter() - started, space=space, proxy=proxy,
+        seconds=clock() - started, space=space, proxy=proxy,
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )

@@ -165,6 +165,18 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class SearchProgress:
+    """Where a running search stands, as ``planner.search`` reports it to a progress callback:
+    layouts searched so far, how many of them fit, layout families (tp, cp, pp, split) started
+    of all, seconds since the plan started."""
+    searched: int
+    fitting: int
+    families_started: int
+    families: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Plan:
     source: str
     world_size: int
