@@ -646,21 +646,22 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
                             launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
-                            select: bool = True):
+                            select: bool = True, given_source: str = "--megatron-version"):
     """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
     ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
     tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry);
     ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``; else the newest supported release.  The installed
     megatron-core is not consulted: the checking environment need not be the job's.  With
     ``select`` it becomes the release every later lookup answers for.  Raises ``ValueError``
-    (``UnknownRelease``) naming the supported releases."""
+    (``UnknownRelease``) naming the supported releases.  ``given_source`` names where
+    ``given`` came from (the pytest fixture's argument or option)."""
     from megatron_estimator.megatron.releases import (
         ENV_VAR, chosen_release, package_info_in_tree, read_package_info, release_of, select_release)
 
     environ = os.environ if environ is None else environ
     chosen = None
     if given:
-        chosen = release_of(given, "--megatron-version")
+        chosen = release_of(given, given_source)
     if chosen is None:
         for path in _package_info_candidates(launch or (), environ):
             version = read_package_info(path)
@@ -673,6 +674,26 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         chosen = release_of(environ[ENV_VAR], ENV_VAR)
     select_release(chosen) if select else None
     return chosen if chosen is not None else chosen_release()
+
+
+class checking_against:
+    """``with checking_against(chosen):`` makes the ``ChosenRelease`` ``chosen`` the release every
+    lookup answers for inside the block, and restores the one before on leaving (the fixture)."""
+
+    def __init__(self, chosen):
+        self._chosen = chosen
+
+    def __enter__(self):
+        from megatron_estimator.megatron.releases import chosen_release, select_release
+
+        self._saved = chosen_release()
+        select_release(self._chosen)
+        return self._chosen
+
+    def __exit__(self, *exc) -> None:
+        from megatron_estimator.megatron.releases import select_release
+
+        select_release(self._saved)
 
 
 def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):
