@@ -147,3 +147,23 @@ def test_run_uses_the_installed_metadata_and_estimate_does_not(tmp_path):
         "version": "0.17.1", "source": "the checking environment's megatron-core 0.17.1 (its installed metadata)"}
     est = _cli("estimate", "--budget", "80GiB", "--format", "json", "--", *SMALL, path_entry=path)
     assert json.loads(est.stdout)["megatron"]["version"] == "main"
+
+
+def test_check_of_a_launch_script_names_its_container(tmp_path):
+    # NullTokenizer LLaMA-3-8B: 26.04 holds 0.17.0, whose NullTokenizer adds an end-of-document
+    # token (128256 + 1 rows, padded to 128384): 8,031,309,824 parameters; main: 8,030,261,248.
+    flags = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+             "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+             "--micro-batch-size 1 --global-batch-size 64 --swiglu --normalization RMSNorm "
+             "--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope --bf16 "
+             "--tokenizer-type NullTokenizer --vocab-size 128256")
+    for tag, params in (("26.04", 8_031_309_824), ("26.06", 8_030_261_248)):
+        script = tmp_path / f"job-{tag}.sh"
+        script.write_text(f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=8\n"
+                          f"#SBATCH --container-image=nvcr.io/nvidia/nemo:{tag}\n"
+                          f"srun python pretrain_gpt.py {flags}\n")
+        result = _cli("check", str(script), "--budget", "141GiB", "--format", "json", path_entry=str(tmp_path))
+        doc = json.loads(result.stdout)
+        doc = doc[0] if isinstance(doc, list) else doc
+        assert doc["megatron"]["source"] == f"NeMo container nvcr.io/nvidia/nemo:{tag} at {script}:4"
+        assert doc["total_parameters"] == params
