@@ -489,12 +489,19 @@ def _choose_release(ns, settings) -> None:
     setting = (entry.value, entry.source) if entry.given and given is None else None
     try:
         chosen = choose_megatron_release(given, os.environ, setting=setting,
-                                         launch=getattr(ns, "launch", None) or getattr(ns, "files", None),
+                                         launch=getattr(ns, "launch", None) or getattr(ns, "files", None)
+                                         or _before_separator(getattr(ns, "inputs", None)),
                                          environment_is_jobs=ns.command == "run")
     except ValueError as err:
         raise UsageError(str(err)) from None
     if chosen.warning:
         sys.stderr.write(f"megatron-estimator: warning: {chosen.warning}\n")
+
+
+def _before_separator(tokens):
+    """``estimate FILE -- FLAGS``: the FILE part."""
+    tokens = list(tokens or ())
+    return tokens[:tokens.index("--")] if "--" in tokens else tokens
 
 
 COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan,

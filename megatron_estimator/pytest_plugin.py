@@ -52,8 +52,9 @@ first that names one wins: the call's ``megatron_version=`` argument; ``--megatr
 on the pytest command line; the ``megatron/core/package_info.py`` of a Megatron-LM tree on
 the job's ``PYTHONPATH`` (``environ=``, else ``os.environ``); the ``megatron_version`` ini
 option; the ``megatron-version`` setting (``MEGATRON_ESTIMATOR_MEGATRON_VERSION``, then a
-config file); else ``main``.  ``megatron_memory.megatron_release(megatron_version=None,
-environ=None)`` returns that ``ChosenRelease``; the choice holds during the call only (the
+config file); a NeMo container tag (``nvcr.io/nvidia/nemo:YY.MM``) in a launch script given as
+``config``; else ``main`` (the installed megatron-core is not consulted).
+``megatron_memory.megatron_release(megatron_version=None, config=None, environ=None)`` returns that ``ChosenRelease``; the choice holds during the call only (the
 process's release is restored after it, so a ``Verdict`` rendered later names the process's).
 
 Within one place a budget outweighs a GPU; a GPU named in a higher place outweighs a budget in
@@ -295,7 +296,7 @@ class MegatronMemory:
         from megatron_estimator.api import checking_against
 
         resolved, settings, problems = self._resolve(budget, environ)
-        chosen, release_problems = self._release(megatron_version, environ, settings)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
         with checking_against(chosen):
             return self._verdict(config, world_size, resolved, settings,
                                  tuple(problems) + release_problems, environ, suggest)
@@ -319,13 +320,13 @@ class MegatronMemory:
                            suggest=suggest)
         return verdict
 
-    def megatron_release(self, megatron_version: str | None = None, *,
+    def megatron_release(self, megatron_version: str | None = None, config: Any = None, *,
                          environ: Mapping[str, str] | None = None):
         """The Megatron-LM release (a ``ChosenRelease``: ``version``, ``source``, ``warning``) a
         call with these arguments checks against; a bad version fails the test."""
         __tracebackhide__ = True
         _resolved, settings, problems = self._resolve(None, environ)
-        chosen, release_problems = self._release(megatron_version, environ, settings)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
         if problems or release_problems:
             pytest.fail(_problem_text("megatron-estimator settings", tuple(problems) + release_problems),
                         pytrace=False)
@@ -347,7 +348,7 @@ class MegatronMemory:
         from megatron_estimator.api import checking_against
 
         resolved, settings, problems = self._resolve(budget, environ)
-        chosen, release_problems = self._release(megatron_version, environ, settings)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
         with checking_against(chosen):      # the report in the message names the same release
             verdict = self._verdict(config, world_size, resolved, settings,
                                     tuple(problems) + release_problems, environ, True)
@@ -376,7 +377,7 @@ class MegatronMemory:
 
     # -- release and budget resolution ----------------------------------------------------
 
-    def _release(self, megatron_version, environ, settings):
+    def _release(self, megatron_version, environ, settings, config=None):
         """(ChosenRelease, problems): the call's Megatron release, first match wins."""
         from megatron_estimator.api import choose_megatron_release
         from megatron_estimator.core.problems import Problem
@@ -390,7 +391,8 @@ class MegatronMemory:
         entry = settings.entry("megatron-version")
         setting = ini if ini is not None else ((entry.value, entry.source) if entry.given else None)
         try:
-            return choose_megatron_release(given, os.environ if environ is None else environ,
+            launch = [os.fspath(config)] if isinstance(config, (str, os.PathLike)) else ()
+            return choose_megatron_release(given, os.environ if environ is None else environ, launch=launch,
                                            setting=setting, select=False,
                                            given_source=given_source or "--megatron-version"), ()
         except ValueError as error:

@@ -605,3 +605,20 @@ def test_bad_megatron_version_option_and_ini_are_usage_errors(pytester):
     assert "megatron-estimator: 2 problems:" in text
     assert "--megatron-version: 'nine' is not a Megatron version (supported: 0.14.0" in text
     assert "tox.ini megatron_version: Megatron 0.9 is not a supported release (supported: 0.14.0" in text
+
+
+def test_release_from_the_nemo_container_of_a_launch_script(pytester):
+    # nvcr.io/nvidia/nemo:26.04 holds Megatron 0.17.0 (../shared/notes/megatron-versions.md),
+    # whose NullTokenizer still adds the end-of-document token.
+    script = pytester.path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=8\n"
+                      "#SBATCH --container-image=nvcr.io/nvidia/nemo:26.04\n"
+                      "srun python pretrain_gpt.py " + " ".join(LLAMA3_8B) + "\n")
+    pytester.makepyfile(f"""
+        def test_script(megatron_memory):
+            assert megatron_memory.estimate("job.sh").total_parameters == {PARAMS_0_16}
+            chosen = megatron_memory.megatron_release(config="job.sh")
+            assert (chosen.version, chosen.source) == ("0.17.0", "NeMo container nvcr.io/nvidia/nemo:26.04 at job.sh:4")
+            assert megatron_memory.estimate("job.sh", megatron_version="main").total_parameters == {PARAMS_MAIN}
+    """)
+    run(pytester).assert_outcomes(passed=1)
