@@ -683,9 +683,11 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         notes += [note] if note else []
     if chosen is None and environment_is_jobs:
         version = installed_megatron_core()
-        if version:
+        try:
             chosen = release_of(version, f"the checking environment's megatron-core {version} "
-                                         "(its installed metadata)")
+                                         "(its installed metadata)") if version else None
+        except ValueError as error:     # detection, not a request: fall through, saying why
+            notes.append(f"the checking environment's megatron-core is not used: {error}")
     if chosen is not None and notes:
         chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
     elif chosen is None and notes:

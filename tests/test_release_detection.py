@@ -167,3 +167,11 @@ def test_check_of_a_launch_script_names_its_container(tmp_path):
         doc = doc[0] if isinstance(doc, list) else doc
         assert doc["megatron"]["source"] == f"NeMo container nvcr.io/nvidia/nemo:{tag} at {script}:4"
         assert doc["total_parameters"] == params
+
+
+def test_an_unsupported_installed_megatron_core_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", [_fake_dist(tmp_path, "0.12.0")] + sys.path)
+    chosen = api.choose_megatron_release(None, {}, select=False, environment_is_jobs=True)
+    assert chosen.version == "main" and chosen.source.startswith("default:")
+    assert chosen.warning == ("the checking environment's megatron-core is not used: Megatron 0.12.0 is not a "
+                              "supported release (supported: " + ", ".join(releases.labels()) + ")")
