@@ -652,21 +652,28 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
                             launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
-                            select: bool = True):
+                            select: bool = True, given_source: str = "--megatron-version",
+                            environment_is_jobs: bool = False):
     """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
     ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
-    tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry);
-    ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``; else the newest supported release.  The installed
-    megatron-core is not consulted: the checking environment need not be the job's.  With
-    ``select`` it becomes the release every later lookup answers for.  Raises ``ValueError``
-    (``UnknownRelease``) naming the supported releases."""
+    tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry); the
+    setting (``setting``, else ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``); a NeMo container tag
+    (``nvcr.io/nvidia/nemo:YY.MM``) in ``launch`` or in a launch script it names, by
+    ``data/nemo_containers.tsv``; with ``environment_is_jobs`` only (``run``: the checking
+    environment is the job's), the installed megatron-core's metadata; else the newest
+    supported release.  Without ``environment_is_jobs`` the installed megatron-core is not
+    consulted, so the API, tests and calibration stay deterministic.  With ``select`` it
+    becomes the release every later lookup answers for.  Raises ``ValueError``
+    (``UnknownRelease``) naming the supported releases.  ``given_source`` names where
+    ``given`` came from (the pytest fixture's argument or option)."""
     from megatron_estimator.megatron.releases import (
-        ENV_VAR, chosen_release, package_info_in_tree, read_package_info, release_of, select_release)
+        ENV_VAR, chosen_release, default_release, installed_megatron_core, nemo_container_release, read_package_info,
+        release_of, select_release)
 
     environ = os.environ if environ is None else environ
-    chosen = None
+    chosen, notes = None, []
     if given:
-        chosen = release_of(given, "--megatron-version")
+        chosen = release_of(given, given_source)
     if chosen is None:
         for path in _package_info_candidates(launch or (), environ):
             version = read_package_info(path)
@@ -677,8 +684,62 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         chosen = release_of(*setting)
     elif chosen is None and environ.get(ENV_VAR):
         chosen = release_of(environ[ENV_VAR], ENV_VAR)
+    if chosen is None and launch:
+        chosen, note = nemo_container_release(_nemo_tags_of(launch))
+        notes += [note] if note else []
+    if chosen is None and environment_is_jobs:
+        version = installed_megatron_core()
+        try:
+            chosen = release_of(version, f"the checking environment's megatron-core {version} "
+                                         "(its installed metadata)") if version else None
+        except ValueError as error:     # detection, not a request: fall through, saying why
+            notes.append(f"the checking environment's megatron-core is not used: {error}")
+    if chosen is not None and notes:
+        chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
+    elif chosen is None and notes:
+        chosen = replace(default_release(), warning="; ".join(notes))
     select_release(chosen) if select else None
     return chosen if chosen is not None else chosen_release()
+
+
+def _nemo_tags_of(launch: Sequence[str]) -> list:
+    """The NeMo container images a launch command names, and those in the files it names."""
+    from megatron_estimator.megatron.releases import nemo_tags
+
+    tokens = [t for t in launch if isinstance(t, str)]
+    found = nemo_tags("\n".join(tokens), "the launch command") if tokens else []
+    found = [(image, "the launch command") for image, _where in found]
+    for token in tokens:
+        if token.endswith(".py") or not os.path.isfile(token):
+            continue
+        try:
+            if os.path.getsize(token) > (1 << 20):
+                continue
+            with open(token, encoding="utf-8") as handle:
+                found += nemo_tags(handle.read(), token)
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found
+
+
+class checking_against:
+    """``with checking_against(chosen):`` makes the ``ChosenRelease`` ``chosen`` the release every
+    lookup answers for inside the block, and restores the one before on leaving (the fixture)."""
+
+    def __init__(self, chosen):
+        self._chosen = chosen
+
+    def __enter__(self):
+        from megatron_estimator.megatron.releases import chosen_release, select_release
+
+        self._saved = chosen_release()
+        select_release(self._chosen)
+        return self._chosen
+
+    def __exit__(self, *exc) -> None:
+        from megatron_estimator.megatron.releases import select_release
+
+        select_release(self._saved)
 
 
 def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):

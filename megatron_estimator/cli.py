@@ -513,7 +513,8 @@ def _choose_release(ns, settings) -> None:
     """The Megatron release every later lookup answers for, first match wins: --megatron-version,
     the package_info.py of the Megatron-LM tree holding the launched script (or on the job's
     PYTHONPATH), the megatron-version setting (MEGATRON_ESTIMATOR_MEGATRON_VERSION, a config
-    file), else the newest supported release."""
+    file), a NeMo container tag in the launch or its script, for ``run`` only (the environment
+    is the job's) the installed megatron-core's metadata, else the newest supported release."""
     from megatron_estimator.api import choose_megatron_release
 
     entry = settings.entry("megatron-version")
@@ -521,11 +522,19 @@ def _choose_release(ns, settings) -> None:
     setting = (entry.value, entry.source) if entry.given and given is None else None
     try:
         chosen = choose_megatron_release(given, os.environ, setting=setting,
-                                         launch=getattr(ns, "launch", None) or getattr(ns, "files", None))
+                                         launch=getattr(ns, "launch", None) or getattr(ns, "files", None)
+                                         or _before_separator(getattr(ns, "inputs", None)),
+                                         environment_is_jobs=ns.command == "run")
     except ValueError as err:
         raise UsageError(str(err)) from None
     if chosen.warning:
         sys.stderr.write(f"megatron-estimator: warning: {chosen.warning}\n")
+
+
+def _before_separator(tokens):
+    """``estimate FILE -- FLAGS``: the FILE part."""
+    tokens = list(tokens or ())
+    return tokens[:tokens.index("--")] if "--" in tokens else tokens
 
 
 COMMANDS = {"estimate": cmd_estimate, "run": cmd_run, "check": cmd_check, "plan": cmd_plan,

@@ -47,13 +47,23 @@ Where the budget comes from, the first that gives one wins:
 8. none: ``estimate`` reports without a budget and ``assert_fits`` fails saying that no
    budget is configured.
 
+The Megatron-LM release a call checks against (its flags and release-dependent rules), the
+first that names one wins: the call's ``megatron_version=`` argument; ``--megatron-version``
+on the pytest command line; the ``megatron/core/package_info.py`` of a Megatron-LM tree on
+the job's ``PYTHONPATH`` (``environ=``, else ``os.environ``); the ``megatron_version`` ini
+option; the ``megatron-version`` setting (``MEGATRON_ESTIMATOR_MEGATRON_VERSION``, then a
+config file); a NeMo container tag (``nvcr.io/nvidia/nemo:YY.MM``) in a launch script given as
+``config``; else ``main`` (the installed megatron-core is not consulted).
+``megatron_memory.megatron_release(megatron_version=None, config=None, environ=None)`` returns that ``ChosenRelease``; the choice holds during the call only (the
+process's release is restored after it, so a ``Verdict`` rendered later names the process's).
+
 Within one place a budget outweighs a GPU; a GPU named in a higher place outweighs a budget in
 a lower one, as in ``megatron_estimator.settings``.  The GPU in force (the first named, in the
 same order) also sets the compute capability the overhead estimate assumes.  The other
 settings (``cuda-context``, ``nccl-buffers``, ``fragmentation``, ``routing-imbalance``,
 ``flash-attn``, ``resume``) come
 from the project settings as they do for the CLI; ``format`` and ``warn-only`` do not apply.
-A bad ``--megatron-budget`` / ``--megatron-gpu`` or ini value stops pytest with a usage
+A bad ``--megatron-budget`` / ``--megatron-gpu`` / ``--megatron-version`` or ini value stops pytest with a usage
 error; a bad marker GPU name is a collection error of that test.
 
 Disable the installed plugin with ``-p no:megatron_estimator.pytest_plugin``.  Start-up cost: this module
@@ -74,6 +84,8 @@ BUDGET_OPTION = "--megatron-budget"
 GPU_OPTION = "--megatron-gpu"
 BUDGET_INI = "megatron_budget"
 GPU_INI = "megatron_gpu"
+VERSION_OPTION = "--megatron-version"
+VERSION_INI = "megatron_version"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,6 +96,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(GPU_OPTION, dest="megatron_gpu", metavar="NAME", default=None,
                     help="take the budget for megatron_memory from a known GPU (h100, a100-80gb, "
                          "h200, b200, mi300x, ...)")
+    group.addoption(VERSION_OPTION, dest="megatron_version", metavar="X.Y[.Z]", default=None,
+                    help="the Megatron-LM release megatron_memory checks against (0.14 to 0.19, or "
+                         "main); default: detected from a launched tree, else the settings, else main")
+    parser.addini(VERSION_INI, "Megatron-LM release megatron_memory checks against (e.g. 0.16)", default="")
     parser.addini(BUDGET_INI, "GPU memory per device for megatron_memory (e.g. 80GiB)", default="")
     parser.addini(GPU_INI, "GPU whose capacity is the budget for megatron_memory (e.g. h100)", default="")
 
@@ -97,6 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help or config.option.version:
         return
     config.stash[_RUN_SOURCES] = _run_sources(config)
+    config.stash[_RUN_RELEASE] = _run_release(config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,6 +134,7 @@ class Budget(NamedTuple):
 
 
 _RUN_SOURCES = pytest.StashKey[tuple]()
+_RUN_RELEASE = pytest.StashKey[tuple]()
 
 
 def _ini_file(config: pytest.Config) -> str:
@@ -148,6 +166,32 @@ def _run_sources(config: pytest.Config) -> tuple[BudgetSource, ...]:
     if problems:
         raise pytest.UsageError(_problem_text("megatron-estimator", problems))
     return tuple(sources)
+
+
+def _run_release(config: pytest.Config) -> tuple:
+    """``(option, ini)``: each a ``(version, source)`` or None; a bad version is a usage error."""
+    ini = _ini_file(config)
+    given = [(config.getoption("megatron_version"), VERSION_OPTION, VERSION_OPTION),
+             (config.getini(VERSION_INI), f"{ini} {VERSION_INI}", f"{VERSION_INI} = {{}} in {ini}")]
+    found, problems = [], []
+    for value, location, shown in given:
+        value = "" if value is None else str(value).strip()
+        if not value:
+            found.append(None)
+            continue
+        from megatron_estimator.api import megatron_release_label
+
+        try:
+            megatron_release_label(value)
+        except ValueError as error:
+            from megatron_estimator.core.problems import Problem
+
+            problems.append(Problem("unknown-megatron-version", location, str(error)))
+            continue
+        found.append((value, shown.format(value)))
+    if problems:
+        raise pytest.UsageError(_problem_text("megatron-estimator", problems))
+    return tuple(found)
 
 
 def _bytes_source(value: Any, location: str, shown: str) -> BudgetSource:
@@ -243,12 +287,23 @@ class MegatronMemory:
         return resolved
 
     def verdict(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
-                environ: Mapping[str, str] | None = None, suggest: bool = False):
+                environ: Mapping[str, str] | None = None, suggest: bool = False,
+                megatron_version: str | None = None):
         """The ``megatron_estimator.results.estimate.Verdict`` for ``config``; never fails the test.
-        With ``suggest``, a refusal carries the nearest changes that fit (``Verdict.suggestions``)."""
-        from megatron_estimator.api import evaluate, load_input, overheads_from_settings
+        With ``suggest``, a refusal carries the nearest changes that fit (``Verdict.suggestions``).
+        ``megatron_version`` names the Megatron-LM release to check against (see the module
+        docstring for where it comes from otherwise)."""
+        from megatron_estimator.api import checking_against
 
         resolved, settings, problems = self._resolve(budget, environ)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
+        with checking_against(chosen):
+            return self._verdict(config, world_size, resolved, settings,
+                                 tuple(problems) + release_problems, environ, suggest)
+
+    def _verdict(self, config, world_size, resolved, settings, problems, environ, suggest):
+        from megatron_estimator.api import evaluate, load_input, overheads_from_settings
+
         inp, input_problems = load_input(config, environ=environ)
         problems = tuple(problems) + tuple(input_problems)
         if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
@@ -265,22 +320,44 @@ class MegatronMemory:
                            suggest=suggest)
         return verdict
 
+    def megatron_release(self, megatron_version: str | None = None, config: Any = None, *,
+                         environ: Mapping[str, str] | None = None):
+        """The Megatron-LM release (a ``ChosenRelease``: ``version``, ``source``, ``warning``) a
+        call with these arguments checks against; a bad version fails the test."""
+        __tracebackhide__ = True
+        _resolved, settings, problems = self._resolve(None, environ)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
+        if problems or release_problems:
+            pytest.fail(_problem_text("megatron-estimator settings", tuple(problems) + release_problems),
+                        pytrace=False)
+        return chosen
+
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, megatron_version: str | None = None):
         """The ``megatron_estimator.results.estimate.Estimate``; invalid input fails the test, listing every problem."""
         __tracebackhide__ = True
-        verdict = self.verdict(config, world_size, budget, environ=environ)
+        verdict = self.verdict(config, world_size, budget, environ=environ, megatron_version=megatron_version)
         if verdict.estimate is None:
             pytest.fail(_invalid_text(verdict), pytrace=False)
         return verdict.estimate
 
     def assert_fits(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
-                    environ: Mapping[str, str] | None = None):
+                    environ: Mapping[str, str] | None = None, megatron_version: str | None = None):
         """Fail the test unless every pipeline stage fits the budget; returns the Estimate."""
+        __tracebackhide__ = True
+        from megatron_estimator.api import checking_against
+
+        resolved, settings, problems = self._resolve(budget, environ)
+        chosen, release_problems = self._release(megatron_version, environ, settings, config)
+        with checking_against(chosen):      # the report in the message names the same release
+            verdict = self._verdict(config, world_size, resolved, settings,
+                                    tuple(problems) + release_problems, environ, True)
+            return self._judge(verdict)
+
+    def _judge(self, verdict):
         __tracebackhide__ = True
         from megatron_estimator.report.text import gib, render_text
 
-        verdict = self.verdict(config, world_size, budget, environ=environ, suggest=True)
         estimate = verdict.estimate
         if estimate is None:
             raise AssertionError(_invalid_text(verdict))
@@ -298,7 +375,31 @@ class MegatronMemory:
                 f"({estimate.budget_source})\n\n" + render_text([verdict]))
         return estimate
 
-    # -- budget resolution ----------------------------------------------------------------
+    # -- release and budget resolution ----------------------------------------------------
+
+    def _release(self, megatron_version, environ, settings, config=None):
+        """(ChosenRelease, problems): the call's Megatron release, first match wins."""
+        from megatron_estimator.api import choose_megatron_release
+        from megatron_estimator.core.problems import Problem
+
+        option, ini = self._config.stash.get(_RUN_RELEASE, (None, None))
+        given, given_source = None, None
+        if megatron_version is not None:
+            given, given_source = str(megatron_version), f"megatron_version={megatron_version!r} argument"
+        elif option is not None:
+            given, given_source = option
+        entry = settings.entry("megatron-version")
+        setting = ini if ini is not None else ((entry.value, entry.source) if entry.given else None)
+        try:
+            launch = [os.fspath(config)] if isinstance(config, (str, os.PathLike)) else ()
+            return choose_megatron_release(given, os.environ if environ is None else environ, launch=launch,
+                                           setting=setting, select=False,
+                                           given_source=given_source or "--megatron-version"), ()
+        except ValueError as error:
+            where = given_source or "megatron version"
+            return choose_megatron_release(None, {}, select=False), (
+                Problem("unknown-megatron-version", where, str(error)),)
+
 
     def _resolve(self, budget, environ):
         """(Budget, Settings, problems): the call's budget against every configured source."""

@@ -256,7 +256,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "megatron-version", "release", None, _megatron_version,
         "the job's Megatron-LM release (0.14 to 0.19, or main).  Given on the command line it "
         "wins; else the megatron/core/package_info.py of the launched Megatron-LM tree (or one on "
-        "the job's PYTHONPATH); else this setting from the environment or a config file; else "
+        "the job's PYTHONPATH); else this setting from the environment or a config file; else a "
+        "NeMo container tag in the launch script; else (run only) the installed megatron-core; else "
         "main, the newest supported",
     ),
     SettingSpec(

@@ -86,3 +86,15 @@ def shared_calibration():
     if not CALIBRATION_TSV.is_file():
         pytest.skip(f"{CALIBRATION_TSV} is not on this machine (the calibration data lives in ../shared)")
     return CALIBRATION_TSV
+
+
+@pytest.fixture(autouse=True)
+def _default_megatron_release():
+    """Every test starts and ends checking against the default release: an in-process
+    ``cli.main(["run", ...])`` selects the release it detects (the installed megatron-core's,
+    under ``run``), which must not leak into the tests after it."""
+    from megatron_estimator.megatron.releases import select_release
+
+    select_release(None)
+    yield
+    select_release(None)

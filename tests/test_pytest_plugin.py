@@ -504,3 +504,121 @@ def test_an_unknown_flag_does_not_hide_megatrons_own_checks(pytester):
     assert "invalid Megatron configuration (command line): 2 problems" in text
     assert "--bogus-flag: unknown flag" in text
     assert "[global-batch-not-divisible]" in text
+
+
+# -- the Megatron release ------------------------------------------------------------------------
+
+# LLaMA-3-8B under NullTokenizer: Megatron through 0.17 adds an end-of-document token
+# (128256 + 1, padded to 128384 rows), from 0.18 not (128256 rows);
+# megatron/core/tokenizers/text/libraries/null_tokenizer.py, commit c9dfe34798.
+LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+             "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+             "--micro-batch-size 1 --global-batch-size 64 --swiglu --normalization RMSNorm "
+             "--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope --bf16 "
+             "--tokenizer-type NullTokenizer --vocab-size 128256").split()
+PARAMS_0_16 = 8_031_309_824
+PARAMS_MAIN = 8_030_261_248
+
+
+def _release_test(pytester, expected_params, expected_version, expected_source, call=""):
+    pytester.makepyfile(f"""
+        FLAGS = {LLAMA3_8B!r}
+
+        def test_release(megatron_memory):
+            estimate = megatron_memory.estimate(FLAGS, world_size=8{call})
+            assert estimate.total_parameters == {expected_params}
+            chosen = megatron_memory.megatron_release({call.lstrip(', ').split('=')[-1] or 'None'})
+            assert (chosen.version, chosen.source) == ({expected_version!r}, {expected_source!r})
+    """)
+
+
+@pytest.mark.parametrize("case, args, ini, env, call, params, version, source", [
+    ("default-main", [], None, None, "", PARAMS_MAIN, "main",
+     "default: the newest supported release (none was detected or given)"),
+    ("command-line", ["--megatron-version", "0.16"], None, None, "", PARAMS_0_16, "0.16.1", "--megatron-version"),
+    ("ini", [], "0.16.1", None, "", PARAMS_0_16, "0.16.1", "megatron_version = 0.16.1 in tox.ini"),
+    ("environment", [], None, "0.16", "", PARAMS_0_16, "0.16.1", "MEGATRON_ESTIMATOR_MEGATRON_VERSION"),
+    ("ini-over-environment", [], "0.18", "0.16", "", PARAMS_MAIN, "0.18.0",
+     "megatron_version = 0.18 in tox.ini"),
+    ("command-line-over-ini", ["--megatron-version", "main"], "0.16", "0.16", "", PARAMS_MAIN, "main",
+     "--megatron-version"),
+    ("argument-over-command-line", ["--megatron-version", "main"], "0.18", None, ", megatron_version='0.16'",
+     PARAMS_0_16, "0.16.1", "megatron_version='0.16' argument"),
+])
+def test_megatron_release_precedence(pytester, monkeypatch, case, args, ini, env, call, params, version, source):
+    if ini is not None:
+        pytester.makeini(f"[pytest]\nmegatron_version = {ini}\n")
+    if env is not None:
+        monkeypatch.setenv("MEGATRON_ESTIMATOR_MEGATRON_VERSION", env)
+    _release_test(pytester, params, version, source, call)
+    run(pytester, *args).assert_outcomes(passed=1)
+
+
+def test_release_detected_from_a_megatron_tree_on_the_jobs_pythonpath(pytester, tmp_path):
+    tree = tmp_path / "Megatron-LM"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "package_info.py").write_text("MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ''\n")
+    env = {"PYTHONPATH": str(tree)}
+    pytester.makeini("[pytest]\nmegatron_version = main\n")      # detection outweighs the ini option
+    pytester.makepyfile(f"""
+        def test_tree(megatron_memory):
+            estimate = megatron_memory.estimate({LLAMA3_8B!r}, world_size=8, environ={env!r})
+            assert estimate.total_parameters == {PARAMS_0_16}
+            chosen = megatron_memory.megatron_release(environ={env!r})
+            assert chosen.source == {str(tree / "megatron" / "core" / "package_info.py")!r}
+    """)
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_flag_of_a_later_release_is_refused_under_an_earlier_one(pytester):
+    # --no-pad-vocab-size first appears in 0.18 (megatron/training/arguments.py).
+    pytester.makepyfile(f"""
+        FLAGS = {LLAMA3_8B!r} + ["--no-pad-vocab-size"]
+
+        def test_flag(megatron_memory):
+            verdict = megatron_memory.verdict(FLAGS, world_size=8)
+            assert [p.code for p in verdict.problems] == ["unknown-flag"], verdict.problems
+            assert "needs Megatron 0.18.0 or later" in verdict.problems[0].message
+            assert megatron_memory.verdict(FLAGS, world_size=8, megatron_version="main").estimate is not None
+    """)
+    run(pytester, "--megatron-version", "0.16.1").assert_outcomes(passed=1)
+
+
+def test_fixture_leaves_the_process_release_alone(pytester):
+    pytester.makepyfile(f"""
+        from megatron_estimator.megatron.releases import chosen_release
+
+        def test_restored(megatron_memory):
+            before = chosen_release()
+            megatron_memory.estimate({LLAMA3_8B!r}, world_size=8)
+            assert chosen_release() == before
+    """)
+    run(pytester, "--megatron-version", "0.16").assert_outcomes(passed=1)
+
+
+def test_bad_megatron_version_option_and_ini_are_usage_errors(pytester):
+    pytester.makeini("[pytest]\nmegatron_version = 0.9\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester, "--megatron-version", "nine")
+    text = output(result)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "megatron-estimator: 2 problems:" in text
+    assert "--megatron-version: 'nine' is not a Megatron version (supported: 0.14.0" in text
+    assert "tox.ini megatron_version: Megatron 0.9 is not a supported release (supported: 0.14.0" in text
+
+
+def test_release_from_the_nemo_container_of_a_launch_script(pytester):
+    # nvcr.io/nvidia/nemo:26.04 holds Megatron 0.17.0 (../shared/notes/megatron-versions.md),
+    # whose NullTokenizer still adds the end-of-document token.
+    script = pytester.path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=8\n"
+                      "#SBATCH --container-image=nvcr.io/nvidia/nemo:26.04\n"
+                      "srun python pretrain_gpt.py " + " ".join(LLAMA3_8B) + "\n")
+    pytester.makepyfile(f"""
+        def test_script(megatron_memory):
+            assert megatron_memory.estimate("job.sh").total_parameters == {PARAMS_0_16}
+            chosen = megatron_memory.megatron_release(config="job.sh")
+            assert (chosen.version, chosen.source) == ("0.17.0", "NeMo container nvcr.io/nvidia/nemo:26.04 at job.sh:4")
+            assert megatron_memory.estimate("job.sh", megatron_version="main").total_parameters == {PARAMS_MAIN}
+    """)
+    run(pytester).assert_outcomes(passed=1)

@@ -134,6 +134,11 @@ class using_release:
         select_release(self._saved)
 
 
+def default_release() -> ChosenRelease:
+    """The release checked against when none is chosen (``main``, saying so)."""
+    return _DEFAULT
+
+
 def chosen_release() -> ChosenRelease:
     return _chosen
 
@@ -169,10 +174,91 @@ def package_info_in_tree(directory: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def installed_megatron_core() -> str | None:
-    """The installed megatron-core's version from its metadata (never imported)."""
-    from importlib import metadata
-    try:
-        return metadata.version("megatron-core")
-    except metadata.PackageNotFoundError:
-        return None
+_DIST_NAME = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
+
+
+def installed_megatron_core(path: list[str] | None = None) -> str | None:
+    """The installed megatron-core's version from its metadata (never imported): the first
+    ``megatron_core-*.dist-info`` (or ``.egg-info``) on ``sys.path``, its ``METADATA`` /
+    ``PKG-INFO`` ``Version:`` header, which is how ``importlib.metadata.version`` finds a path
+    distribution.  Read with ``os`` alone: importing ``importlib.metadata`` (zipfile, email,
+    pathlib) would slow ``run``'s start-up."""
+    import os
+    import sys
+
+    for entry in (sys.path if path is None else path):
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            found = _DIST_NAME.match(name)
+            if not found:
+                continue
+            meta = os.path.join(entry or ".", name, "METADATA" if found.group(2).lower() == "dist-info"
+                                else "PKG-INFO")
+            try:
+                with open(meta, encoding="utf-8") as handle:
+                    for line in handle:
+                        if line.startswith("Version:"):
+                            return line.split(":", 1)[1].strip()
+                        if not line.strip():
+                            break       # the headers end at the first blank line
+            except OSError:
+                continue
+    return None
+
+
+# -- NGC NeMo containers ----------------------------------------------------------------------
+
+NEMO_CONTAINERS_FILE = "nemo_containers.tsv"
+_NEMO_TAG = re.compile(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
+
+
+@cache
+def nemo_containers() -> dict[str, tuple[str, str]]:
+    """``{"25.09": (what the table says, version string to choose)}`` from ``nemo_containers.tsv``."""
+    rows = [line.split("\t") for line in read_data_text(NEMO_CONTAINERS_FILE).splitlines()
+            if line and not line.startswith("#")]
+    return {r[0]: (r[1], r[2]) for r in rows[1:]}
+
+
+def nemo_tags(text: str, display: str) -> list[tuple[str, str]]:
+    """``[(image, "display:LINE")]``: each NeMo container image a launch script or command names,
+    outside comments other than ``#SBATCH`` lines."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith("#") and not stripped.startswith("#SBATCH"):
+            continue
+        for match in _NEMO_TAG.finditer(line):
+            found.append((match.group(0), f"{display}:{number}"))
+    return found
+
+
+def nemo_container_release(found: list[tuple[str, str]]) -> tuple[ChosenRelease | None, str]:
+    """The release the NeMo container images ``found`` (``nemo_tags``) hold, by
+    ``nemo_containers.tsv``, and a warning; None when there is none, when a tag is not in the
+    table, or when the images disagree."""
+    if not found:
+        return None, ""
+    table = nemo_containers()
+    chosen: dict[str, tuple[str, str]] = {}
+    for image, where in found:
+        tag = _NEMO_TAG.match(image).group(1)
+        if tag not in table:
+            known = ", ".join(table)
+            return None, (f"{where}: {image} is a NeMo container whose Megatron-LM release the estimator "
+                          f"does not know (known tags: {known}); not used")
+        label, _warning = choose_release(table[tag][1])
+        chosen.setdefault(label, (image, where))
+    if len(chosen) > 1:
+        named = "; ".join(f"{image} ({where})" for image, where in chosen.values())
+        return None, f"the launch names NeMo containers of different Megatron-LM releases: {named}; none used"
+    label, (image, where) = next(iter(chosen.items()))
+    tag = _NEMO_TAG.match(image).group(1)
+    said, as_checked = table[tag]
+    release_label, warning = choose_release(as_checked)
+    warning = (f"the NeMo container {image} holds Megatron {said}; checked as {release_label}"
+               if warning else "")
+    return ChosenRelease(release_label, f"NeMo container {image} at {where}", warning), ""
