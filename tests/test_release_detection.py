@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
+
 from megatron_estimator import api
 from megatron_estimator.megatron import releases
 from megatron_estimator.megatron.releases import installed_megatron_core, nemo_container_release, nemo_tags
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTES = ROOT.parent.parent / "shared" / "notes" / "megatron-versions.md"
+NOTES = SHARED / "notes" / "megatron-versions.md"
 
 # The notes' table: 25.09 -> 0.14.0, 25.11 -> 0.15 dev, 26.02 -> 0.16 (main at the time),
 # 26.04 -> 0.17.0, 26.06 -> 0.18.0; dev versions map to the nearest release of their minor.
