@@ -411,6 +411,24 @@ def world_size_for(inp: TrainingInput | None, given: int | None = None, given_so
     return (inp.world_size, inp.world_size_source, ()) if inp is not None else (None, None, ())
 
 
+def driver_gpu_budget(environ: Mapping[str, str], proc_root: str | None = None):
+    """``run`` with no budget from any source: (budget bytes, GpuSpec or None, source) for this
+    machine's GPU as the NVIDIA driver names it (``inputs/driver_gpu.py``), or None when there is
+    no driver.  A GPU of the catalog gives its capacity; another gives nvidia-smi's memory.total."""
+    from megatron_estimator.inputs.driver_gpu import PROC_GPUS, detect_driver_gpu
+    from megatron_estimator.megatron.gpus import find_gpu
+
+    found = detect_driver_gpu(environ, PROC_GPUS if proc_root is None else proc_root)
+    if found is None:
+        return None
+    spec = find_gpu(found.name)
+    if spec is not None:
+        return spec.total_memory_bytes, spec, f"{spec.name} capacity ({spec.memory_figure}; gpu from {found.source})"
+    if found.memory_mib is not None:
+        return found.memory_mib * 1024 * 1024, None, f"memory.total from {found.source} (not a GPU of the catalog)"
+    return None
+
+
 def overheads_from_settings(settings: Any, gpu: Any = None):
     """The overhead assumptions (``model.overhead.Overheads``) that ``settings`` (a
     ``settings.Settings``) give, for ``gpu`` (a ``GpuSpec``; default: the settings' GPU)."""

@@ -329,8 +329,19 @@ def cmd_run(ns, environ) -> int:
     inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags)
     world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
                                             say_launch=True)
+    options = _estimate_options(settings)
+    if options["budget"] is None:
+        # No budget from any source: the GPU of the machine the job starts on, from its driver.
+        from megatron_estimator.api import driver_gpu_budget, overheads_from_settings
+
+        detected = driver_gpu_budget(environ)
+        if detected is not None:
+            budget, gpu, source = detected
+            options = {"budget": budget, "budget_source": source,
+                       "overheads": overheads_from_settings(settings, gpu=gpu) if gpu is not None
+                       else options["overheads"]}
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                       problems=problems, suggest=True, **_estimate_options(settings))
+                       problems=problems, suggest=True, **options)
     verdict = _with_settings_problems(verdict, settings_problems)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
