@@ -35,6 +35,20 @@ from megatron_estimator.inputs.launch.walk import parse_launch_command
 _SCRIPT_ARGS_ADVICE = "; give them with --script-arg"
 
 
+def _located_text(segs, fallback: Origin) -> tuple[str, list[Origin]]:
+    """Segments joined into one text with an origin per character (a segment without one per
+    character lends its first, else ``fallback``, to all of its characters)."""
+    chars: list[str] = []
+    origins: list[Origin] = []
+    for seg in segs:
+        chars.append(seg.text)
+        if len(seg.origins) == len(seg.text):
+            origins.extend(seg.origins)
+        else:
+            origins.extend((seg.origins[0] if seg.origins else fallback,) * len(seg.text))
+    return "".join(chars), origins
+
+
 @dataclass(frozen=True)
 class ScriptToken:
     """One token of the launch command, with where it was written."""
@@ -171,15 +185,7 @@ class _Loader(CommandVisitor):
         reader_at = _stdin_script_reader(argv)
         if reader_at is None:
             return False
-        chars: list[str] = []
-        origins: list[Origin] = []
-        for seg in command.stdin:
-            chars.append(seg.text)
-            if len(seg.origins) == len(seg.text):
-                origins.extend(seg.origins)
-            else:
-                origins.extend((seg.origins[0] if seg.origins else command.origin,) * len(seg.text))
-        text = "".join(chars)
+        text, origins = _located_text(command.stdin, command.origin)
         env, _origins = self.launch_env(command)
         kind, index = reader_at
         positional = [argv[index]]
@@ -271,15 +277,7 @@ class _Loader(CommandVisitor):
         def split(string: str, env: Mapping[str, str], positional: Sequence[str], location):
             field_ = next((f for f in fields if f.text == string), None)
             if field_ is not None:
-                chars: list[str] = []
-                origins: list[Origin] = []
-                for seg in field_.segs:
-                    chars.append(seg.text)
-                    if len(seg.origins) == len(seg.text):
-                        origins.extend(seg.origins)
-                    else:
-                        origins.extend((seg.origins[0] if seg.origins else Origin(loader.display, 0),) * len(seg.text))
-                text, text_origins = "".join(chars), origins
+                text, text_origins = _located_text(field_.segs, Origin(loader.display, 0))
             else:
                 at = executed.last_line or Origin(loader.display, 0)
                 text, text_origins = string, [at] * len(string)
