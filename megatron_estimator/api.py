@@ -716,7 +716,8 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
     elif chosen is None and notes:
         chosen = replace(default_release(), warning="; ".join(notes))
-    select_release(chosen) if select else None
+    if select:
+        select_release(chosen)
     return chosen if chosen is not None else chosen_release()
 
 
@@ -740,24 +741,13 @@ def _nemo_tags_of(launch: Sequence[str]) -> list:
     return found
 
 
-class checking_against:
+def checking_against(chosen):
     """``with checking_against(chosen):`` makes the ``ChosenRelease`` ``chosen`` the release every
-    lookup answers for inside the block, and restores the one before on leaving (the fixture)."""
+    lookup answers for inside the block, and restores the one before on leaving (the fixture):
+    ``megatron.releases.using_release``, for the fronts."""
+    from megatron_estimator.megatron.releases import using_release
 
-    def __init__(self, chosen):
-        self._chosen = chosen
-
-    def __enter__(self):
-        from megatron_estimator.megatron.releases import chosen_release, select_release
-
-        self._saved = chosen_release()
-        select_release(self._chosen)
-        return self._chosen
-
-    def __exit__(self, *exc) -> None:
-        from megatron_estimator.megatron.releases import select_release
-
-        select_release(self._saved)
+    return using_release(chosen)
 
 
 def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):

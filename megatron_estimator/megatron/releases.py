@@ -120,10 +120,11 @@ def select_release(chosen: ChosenRelease | None) -> None:
 
 
 class using_release:
-    """``with using_release("0.16.1"):`` checks against that release inside the block only."""
+    """``with using_release("0.16.1"):`` checks against that release inside the block only
+    (a label, or a ``ChosenRelease`` already made, as the pytest fixture passes)."""
 
-    def __init__(self, label: str, source: str = "using_release"):
-        self._chosen = release_of(label, source)
+    def __init__(self, label: "str | ChosenRelease", source: str = "using_release"):
+        self._chosen = label if isinstance(label, ChosenRelease) else release_of(label, source)
 
     def __enter__(self) -> ChosenRelease:
         self._saved = _chosen
