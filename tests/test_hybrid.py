@@ -112,8 +112,6 @@ def test_the_deprecated_override_pattern_and_the_legacy_mtp_pattern():
     ("--hybrid-layer-pattern M*X", "invalid-hybrid-pattern", "--hybrid-layer-pattern"),
     ("--hybrid-layer-pattern M*/M-/MM", "invalid-hybrid-pattern", "--hybrid-layer-pattern"),
     ("--hybrid-layer-pattern M*+", "invalid-hybrid-pattern", "--hybrid-layer-pattern"),
-    ("--hybrid-layer-pattern MG", "unmodelled-layer", "--hybrid-layer-pattern"),
-    ("--hybrid-layer-pattern MD", "unmodelled-layer", "--hybrid-layer-pattern"),
     ("--hybrid-layer-pattern M*M --pipeline-model-parallel-size 2", "layers-not-divisible-by-pp", "--num-layers"),
     ("--hybrid-layer-pattern M*|M-|M- --pipeline-model-parallel-size 2", "hybrid-segments-vs-pp", "--hybrid-layer-pattern"),
     ("--hybrid-layer-pattern M*|M- --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1",

@@ -338,6 +338,9 @@ def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunConte
         if "mla_up_proj" in modules and not ns.get("multi_latent_attention"):
             yield Problem("recompute-module-unsupported", raw.location("recompute_modules"),
                           "recompute module mla_up_proj needs --multi-latent-attention")
+        if "gdn_norm_out" in modules and ns.get("experimental_attention_variant") not in ("gdn", "gdn2", "gated_delta_net"):
+            yield Problem("recompute-module-unsupported", raw.location("recompute_modules"),
+                          "recompute module gdn_norm_out needs --experimental-attention-variant gdn or gdn2")
     if ns.get("distribute_saved_activations"):
         where = raw.location("distribute_saved_activations")
         if ns.get("tensor_model_parallel_size", 1) <= 1:

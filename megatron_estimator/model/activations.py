@@ -48,6 +48,36 @@ convolution and the chunk states in backward); the gated RMSNorm's input ``d_inn
 rstd per group (mamba_ssm/ops/triton/layernorm_gated.py ``LayerNormFn``); out_proj's input
 (1 byte under fp8).  The kernels are mamba_ssm's, outside megatron-core: what they save is
 taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.
+
+A gated delta net layer (``G``, megatron/core/ssm/gated_delta_net/gdn.py ``GatedDeltaNet.forward``;
+widths per GPU, ``Hk`` / ``Hv`` key / value heads, ``dk`` / ``dv`` their dims; under context
+parallelism its all-to-all trades sequence for heads, so the element counts are the same) keeps:
+the fused norm + in_proj's input, normalized output and statistics ('layernorm' recompute does not
+apply: the norm is inside in_proj); the whole in_proj output (the convolution's input and the
+z / beta / alpha gates are views of it); the L2-normalized q, k and their fp32 rstd; the chunked
+kernel's q, k (repeated to the value heads), v, fp32 g, beta and its ``64``-wide (chunk size)
+triangular solve A; the kernel output and the gate z the gated norm saves, with its fp32 rstd per
+value head; out_proj's input.  Selective 'gdn_norm_out' (common.py ``recompute_norm_out``) keeps
+only the norm's inputs.  The convolution, L2 norm and chunked delta rule are flash-linear-
+attention's kernels (fla), outside megatron-core: what they save is assumed from fla's autograd
+functions (causal_conv1d, l2norm, chunk_gated_delta_rule; gdn2 the same with its channel-wise
+f / b / w gates).
+
+A DeepSeek sparse attention layer (``D``, experimental_attention_variant/absorbed_mla.py
+``AbsorbedMLASelfAttention.forward`` and dsa.py ``DSAttention.forward``; n = a / t local heads,
+L kv_lora, P the rope dims) keeps: its input norm (a separate TENorm); the compressed q (and, with
+--qk-layernorm, the norms' inputs and statistics); the up-projected Q (the k-absorption einsum saves
+a view of it; 'mla_up_proj' drops it and keeps the checkpoint's gathered kv and rope inputs). The
+indexer runs under no_grad (no --dsa-indexer-loss-coeff) and saves nothing.  Its core, on the
+PyTorch path (--dsa-kernel-backend none, dsa.py ``_unfused_absorbed_dsa_fn``): the fp32 query, the
+fp32 key expanded to every head (torch.matmul copies a broadcast batch operand), per element of
+the b n s x s_kv scores the exponentials and masked probabilities (fp32), the probabilities cast
+for the value matmul and three bool masks (each ``~valid_mask``), per row the max's int64 index,
+the where's condition and the fp32 row sum (clamp and divide), the latent value expanded to every
+head, the latent output and the contiguous copy of the V up-projection weight its einsum saves;
+with --dsa-kernel-backend tilelang / cudnn the fused kernel is assumed to save its query, key,
+latent output, fp32 log-sum-exp per head and int32 top-k indices.  'core_attn' keeps the
+checkpoint's inputs (query, key) instead.  linear_proj keeps its input.
 """
 
 from __future__ import annotations
@@ -276,6 +306,68 @@ def mamba_mixer_bytes(config: EstimatorConfig) -> int:
             + d.linear_in * d.tokens * inner)    # out_proj input
 
 
+def gdn_bytes(config: EstimatorConfig) -> int:
+    """What a gated delta net layer keeps beyond its fused norm (see the module notes)."""
+    from megatron_estimator.config.hybrid import gdn_in_proj_width
+
+    gdn = config.model.hybrid.gdn
+    d = dims(config)
+    t, T = d.t, d.tokens
+    qk, v = gdn.key_heads * gdn.key_head_dim // t, gdn.value_heads * gdn.value_head_dim // t
+    hk, hv = gdn.key_heads // t, gdn.value_heads // t
+    width = gdn_in_proj_width(gdn.variant, gdn.key_heads * gdn.key_head_dim,
+                              gdn.value_heads * gdn.value_head_dim, gdn.value_heads) // t
+    total = d.act * T * width                          # in_proj output (conv input, z, gates are views)
+    total += d.act * T * 2 * qk + 4 * T * 2 * hk       # L2-normalized q, k and their fp32 rstd
+    total += d.act * T * 2 * hv * gdn.key_head_dim     # kernel q, k (repeated to the value heads)
+    total += d.act * T * v                             # kernel v
+    if gdn.variant == "gdn":
+        total += 4 * T * hv + d.act * T * hv           # fp32 g (cumulative decay), beta
+    else:
+        total += 4 * T * qk + d.act * T * qk + d.act * T * v   # gdn2: fp32 g, b per key channel, w
+    total += d.act * T * hv * 64                       # the chunk's triangular solve A (chunk size 64)
+    total += 2 * d.act * T * v                         # kernel output and gate z (the gated norm's inputs)
+    if "gdn_norm_out" not in d.recompute:
+        total += 4 * T * hv + d.linear_in * T * v      # the norm's fp32 rstd per value head, out_proj input
+    return total
+
+
+def dsa_bytes(config: EstimatorConfig) -> int:
+    """What a DeepSeek sparse attention layer keeps beyond its input norm (see the module notes)."""
+    m, mla, dsa = config.model, config.model.mla, config.model.hybrid.dsa
+    d = dims(config)
+    T, Tr, b, s = d.tokens, d.tokens_r, d.b, d.s
+    skv = s * config.parallel.cp                      # keys gathered over context parallel (allgather)
+    n = m.num_attention_heads // d.t
+    L, P = mla.kv_lora_rank, mla.qk_pos_emb_head_dim
+    total = 0
+    if mla.q_lora_rank is not None:
+        total += d.act * Tr * mla.q_lora_rank                         # compressed q (q up-proj input)
+        if dsa.qk_layernorm:
+            total += d.act * Tr * mla.q_lora_rank + d.stat * Tr       # q norm output and statistics
+    if dsa.qk_layernorm:
+        total += d.act * Tr * (L + P) + d.stat * Tr                   # kv norm input (the kv down-proj output)
+    if "mla_up_proj" in d.recompute:
+        total += d.act * T * (L + P)                                  # the checkpoint's gathered kv and rope
+    else:
+        total += d.act * T * n * (mla.qk_head_dim + P)                # up-projected Q (absorption einsum)
+    if "core_attn" in d.recompute:
+        total += d.act * T * n * (L + P) + d.act * T * (L + P)        # checkpoint inputs: query, key
+    elif (dsa.kernel_backend == "none" or config.kernels.attention_backend == "unfused"):
+        scores = b * n * s * skv
+        total += 4 * T * n * (L + P)                                  # fp32 query
+        total += 4 * b * n * (L + P) * skv                            # fp32 key expanded to every head
+        total += (4 + 4 + d.act + 3) * scores                         # exp, masked probs, cast probs, 3 masks
+        total += (8 + 1 + 4 + 4) * b * n * s                          # row max index, where, row sum x2
+        total += d.act * b * n * skv * L                              # latent value expanded to every head
+        total += d.act * T * n * L + d.act * n * mla.v_head_dim * L   # latent output, V up weight copy
+    else:
+        total += d.act * T * n * (L + P) + d.act * skv * b * (L + P)  # fused kernel: query, key
+        total += d.act * T * n * L + 4 * T * n + 4 * T * dsa.topk     # latent output, LSE, top-k indices
+        total += d.act * n * mla.v_head_dim * L                       # V up weight copy (einsum)
+    return total + d.linear_in * T * n * mla.v_head_dim               # linear_proj input
+
+
 @lru_cache(maxsize=1024)
 def hybrid_layer_activations(config: EstimatorConfig, kind: str, imbalance: float = 0.0) -> LayerActivations:
     """One hybrid layer of this pattern symbol, per microbatch."""
@@ -285,6 +377,11 @@ def hybrid_layer_activations(config: EstimatorConfig, kind: str, imbalance: floa
     mask = (1 if m.hidden_dropout > 0 else 0) * d.tokens_r * h
     if kind == "M":
         return LayerActivations(mamba_mixer_bytes(config), 0, _norm_block(d, h, d.linear_in) + mask)
+    if kind == "G":     # the norm is fused into in_proj: 'layernorm' recompute does not reach it
+        norm = d.residual * d.tokens_r * h + d.linear_in * d.tokens_r * h + d.stat * d.tokens_r
+        return LayerActivations(gdn_bytes(config), 0, norm + mask)
+    if kind == "D":
+        return LayerActivations(dsa_bytes(config), 0, _norm_block(d, h, d.act) + mask)
     if kind in ("*", "+"):
         norm = _norm_block(d, h, d.linear_in if m.mla is None else d.act)
         return LayerActivations(attention_bytes(config), 0, norm + mask)
@@ -338,8 +435,10 @@ def offloaded_bytes(config: EstimatorConfig, layer_index: int, imbalance: float 
 
     moe_layer = m.is_moe_layer(layer_index)
     kind = m.layer_kind(layer_index)
-    if kind == "M":
-        return 0            # the offloading hooks are in TransformerLayer's modules, not MambaLayer's
+    if kind in ("M", "G", "D"):
+        # the offloading hooks are in TransformerLayer's modules, not MambaLayer's; for the gated
+        # delta net and DSA attention they are not modelled: nothing is taken as offloaded
+        return 0
     if kind in ("*", "+"):
         modules -= {"mlp_norm", "expert_fc1", "moe_act"}
     elif kind in ("-", "E"):

@@ -35,6 +35,21 @@ from):
   conv1d weight ``(d_inner + 2 groups state)/t x 4`` and bias, dt_bias, A_log and D of
   ``heads/t`` each, the gated RMSNorm of ``d_inner/t``, out_proj ``d_inner -> h``
   row-parallel, no biases.  Float16Module casts all of them to the training dtype.
+- ``G`` (hybrid_stack_spec ``gdn_layer``): a TransformerLayer whose self_attention is a
+  GatedDeltaNet (megatron/core/ssm/gated_delta_net/common.py ``_GDNBase.__init__``; GatedDeltaNet2,
+  gdn2.py, with --experimental-attention-variant gdn2), no input norm of its own: in_proj
+  ``h -> 2 Hk dk + 2 Hv dv + extra`` column-parallel with the norm fused in (extra = beta and
+  alpha, ``2 Hv``; gdn2: f and b per key channel and w per value channel, ``2 Hk dk + Hv dv``),
+  conv1d weight ``(2 Hk dk + Hv dv)/t x 1 x K`` without bias, dt_bias and A_log (``Hv/t`` each;
+  gdn2: ``Hk dk/t`` and ``Hk/t``), out_norm over one value head (``dv``, replicated), out_proj
+  ``Hv dv -> h`` row-parallel; no biases (bias=False, conv_bias=False);
+- ``D`` (``dsa_layer``): a TransformerLayer with a separate input norm and an
+  AbsorbedMLASelfAttention (experimental_attention_variant/absorbed_mla.py): the MLA projections
+  with the down projections duplicated (TELinear, parallel_mode duplicated), the q / kv norms
+  only with --qk-layernorm, linear_proj without bias; its DSAttention core (dsa.py) holds a
+  DSAIndexer on the layers that compute their top-k: linear_wq_b ``q_lora (h without it) ->
+  n_idx d_idx``, linear_wk ``h -> d_idx``, a LayerNorm of ``d_idx`` (weight and bias) and
+  linear_weights_proj ``h -> n_idx``, all duplicated on every TP rank.
 """
 
 from __future__ import annotations
@@ -142,7 +157,8 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
 
 def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str) -> list[ParamTensor]:
     if config.model.hybrid is not None and layer_index is not None:
-        return hybrid_layer_tensors(config, config.model.hybrid.layer_kinds[layer_index], prefix)
+        return hybrid_layer_tensors(config, config.model.hybrid.layer_kinds[layer_index], prefix,
+                                    layer_number=layer_index + 1)
     return attention_tensors(config, prefix) + mlp_tensors(config, prefix, layer_index)
 
 
@@ -165,10 +181,67 @@ def mamba_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
     return tensors
 
 
-def hybrid_layer_tensors(config: EstimatorConfig, kind: str, prefix: str) -> list[ParamTensor]:
-    """One hybrid layer of this pattern symbol (hybrid_layer_specs.py)."""
+def gdn_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
+    """A 'G' layer (a TransformerLayer around a gated delta net) on one GPU (see the module notes)."""
+    from megatron_estimator.config.hybrid import gdn_in_proj_width
+
+    m, gdn, t = config.model, config.model.hybrid.gdn, config.parallel.tp
+    h = m.hidden_size
+    qk, v = gdn.key_heads * gdn.key_head_dim, gdn.value_heads * gdn.value_head_dim
+    p = prefix + "self_attention."
+    tensors = _norm(p + "in_proj.layer_norm", h, m.normalization)     # TELayerNormColumnParallelLinear
+    tensors += _linear(p + "in_proj", h, gdn_in_proj_width(gdn.variant, qk, v, gdn.value_heads) // t, False)
+    tensors.append(ParamTensor(p + "conv1d.weight", (2 * qk + v) // t * gdn.conv_kernel, kind="conv"))
+    if gdn.variant == "gdn":
+        gates = gdn.value_heads // t, gdn.value_heads // t
+    else:
+        gates = qk // t, gdn.key_heads // t
+    tensors += [ParamTensor(p + "dt_bias", gates[0], kind="bias"),
+                ParamTensor(p + "A_log", gates[1], kind="bias")]
+    tensors += _norm(p + "out_norm", gdn.value_head_dim, m.normalization)
+    tensors += _linear(p + "out_proj", v // t, h, False)
+    return tensors
+
+
+def dsa_tensors(config: EstimatorConfig, prefix: str, layer_number: int | None) -> list[ParamTensor]:
+    """A 'D' layer (AbsorbedMLASelfAttention + DSAttention) on one GPU (see the module notes)."""
+    m, mla, dsa, t = config.model, config.model.mla, config.model.hybrid.dsa, config.parallel.tp
+    h, a, norm = m.hidden_size, m.num_attention_heads, m.normalization
+    p = prefix + "self_attention."
+    q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
+    tensors = _norm(prefix + "input_layernorm", h, norm)
+    if mla.q_lora_rank is None:
+        tensors += _linear(p + "linear_q_proj", h, a * q_head // t, False)
+    else:
+        tensors += _linear(p + "linear_q_down_proj", h, mla.q_lora_rank, False)     # duplicated
+        if dsa.qk_layernorm:
+            tensors += _norm(p + "q_layernorm", mla.q_lora_rank, norm)
+        tensors += _linear(p + "linear_q_up_proj", mla.q_lora_rank, a * q_head // t, False)
+    tensors += _linear(p + "linear_kv_down_proj", h, mla.kv_lora_rank + mla.qk_pos_emb_head_dim, False)
+    if dsa.qk_layernorm:
+        tensors += _norm(p + "kv_layernorm", mla.kv_lora_rank, norm)
+    tensors += _linear(p + "linear_kv_up_proj", mla.kv_lora_rank, a * (mla.qk_head_dim + mla.v_head_dim) // t, False)
+    tensors += _linear(p + "linear_proj", a * mla.v_head_dim // t, h, False)
+    if layer_number is None or dsa.computes_topk(layer_number):
+        i = p + "core_attention.indexer."
+        q_in = mla.q_lora_rank if mla.q_lora_rank is not None else h
+        tensors += _linear(i + "linear_wq_b", q_in, dsa.index_heads * dsa.index_head_dim, False)
+        tensors += _linear(i + "linear_wk", h, dsa.index_head_dim, False)
+        tensors += _norm(i + "k_norm", dsa.index_head_dim, "LayerNorm")       # always a LayerNorm
+        tensors += _linear(i + "linear_weights_proj", h, dsa.index_heads, False)
+    return tensors
+
+
+def hybrid_layer_tensors(config: EstimatorConfig, kind: str, prefix: str,
+                         layer_number: int | None = None) -> list[ParamTensor]:
+    """One hybrid layer of this pattern symbol (hybrid_layer_specs.py); ``layer_number`` is
+    the 1-based number its HybridStack gives it (a 'D' layer's indexer depends on it)."""
     if kind == "M":
         return mamba_tensors(config, prefix)
+    if kind == "G":
+        return gdn_tensors(config, prefix)
+    if kind == "D":
+        return dsa_tensors(config, prefix, layer_number)
     if kind in ("*", "+"):
         return attention_tensors(config, prefix)
     return mlp_tensors(config, prefix, None, moe_layer=kind == "E")
@@ -193,7 +266,8 @@ def mtp_tensors(config: EstimatorConfig, index: int) -> list[ParamTensor]:
     if m.hybrid is not None:
         # A hybrid MTP layer runs its own pattern (multi_token_prediction.py, nested HybridStack).
         for j, kind in enumerate(m.hybrid.mtp_kinds):
-            tensors += hybrid_layer_tensors(config, kind, f"{prefix}mtp_model_layer.layers.{j}.")
+            tensors += hybrid_layer_tensors(config, kind, f"{prefix}mtp_model_layer.layers.{j}.",
+                                            layer_number=j + 1)     # the nested stack numbers from 1
         return tensors + _norm(prefix + "final_layernorm", h, m.normalization)
     # MTP layers replicate the structure of the last decoder layer (MoE when it is MoE).
     last = m.num_layers - 1

@@ -85,6 +85,18 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
         # A Mamba layer's in_proj output gradient (zxBCdt).
         zxbcdt = (2 * hy.d_inner + 2 * hy.num_groups * hy.state_dim + hy.num_heads) // d.t
         widest = max(widest, d.act * d.tokens * zxbcdt)
+    if hy is not None and hy.gdn is not None and any(hy.layer_kinds[i] == "G" for i in layers):
+        # A gated delta net layer's in_proj output gradient.
+        from megatron_estimator.config.hybrid import gdn_in_proj_width
+        g = hy.gdn
+        width = gdn_in_proj_width(g.variant, g.key_heads * g.key_head_dim, g.value_heads * g.value_head_dim,
+                                  g.value_heads) // d.t
+        widest = max(widest, d.act * d.tokens * width)
+    if (hy is not None and hy.dsa is not None and any(hy.layer_kinds[i] == "D" for i in layers)
+            and (hy.dsa.kernel_backend == "none" or config.kernels.attention_backend == "unfused")):
+        # DSA's PyTorch sparse attention: the fp32 gradients of its probabilities and exponentials.
+        scores = d.b * (m.num_attention_heads // d.t) * d.s * d.s * config.parallel.cp
+        widest = max(widest, 2 * 4 * scores)
     if config.kernels.attention_backend not in ("flash", "fused"):
         widest = max(widest, 2 * d.act * d.b * (m.num_attention_heads // d.t) * d.s * d.s)
     return widest + 2 * d.act * d.tokens * m.hidden_size
@@ -471,6 +483,15 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         # model/activations.py: what a Mamba layer holds is what mamba_ssm's training kernels save
         # (MambaSplitConv1dScanCombinedFn, LayerNormFn), outside megatron-core.
         items.append(Assumed("mamba_kernels", None, {"layers": hybrid.layer_kinds.count("M")}))
+    if hybrid is not None and "G" in hybrid.layer_kinds + hybrid.mtp_kinds:
+        # model/activations.py gdn_bytes: flash-linear-attention's kernels, outside megatron-core.
+        items.append(Assumed("gdn_kernels", None, {"layers": hybrid.layer_kinds.count("G"),
+                                                   "variant": hybrid.gdn.variant}))
+    if hybrid is not None and "D" in hybrid.layer_kinds + hybrid.mtp_kinds:
+        # model/activations.py dsa_bytes: the PyTorch sparse attention path, or an assumed fused kernel.
+        items.append(Assumed("dsa_kernels", None, {"layers": hybrid.layer_kinds.count("D"),
+                                                   "backend": hybrid.dsa.kernel_backend,
+                                                   "unfused": config.kernels.attention_backend == "unfused"}))
     if k.tp_comm_overlap:
         items.append(Assumed("tp_comm_overlap"))
     for note in config.notes:

@@ -123,6 +123,26 @@ def _mamba_kernels(a: Assumed) -> str:
             "mamba_ssm is outside megatron-core and its version is not checked")
 
 
+def _gdn_kernels(a: Assumed) -> str:
+    return (f"gated delta net layers ({a.facts['layers']}, {a.facts['variant']}): activations are what "
+            "flash-linear-attention's kernels are assumed to save for backward (causal_conv1d: its input, a view "
+            "of in_proj's output; l2norm: the normalized q, k and fp32 rstd; chunk_gated_delta_rule: q, k, v, "
+            "fp32 g, beta and the chunk's 64-wide triangular solve); fla is outside megatron-core and its version "
+            "is not checked; fine-grained activation offloading is taken to move nothing from these layers")
+
+
+def _dsa_kernels(a: Assumed) -> str:
+    if a.facts["backend"] == "none" or a.facts["unfused"]:
+        core = ("the PyTorch sparse attention (dsa.py _unfused_absorbed_dsa_fn) keeps fp32 scores-sized tensors: "
+                "13 bytes per head, query and key position, from megatron-core's own code")
+    else:
+        core = (f"the {a.facts['backend']} kernel is assumed to save its query, key, latent output, fp32 "
+                "log-sum-exp and int32 top-k indices (it is outside megatron-core)")
+    return (f"DeepSeek sparse attention layers ({a.facts['layers']}): {core}; the indexer runs under no_grad "
+            "(its loss, --dsa-indexer-loss-coeff, and the top-k shared across layers are not counted); "
+            "fine-grained activation offloading is taken to move nothing from these layers")
+
+
 def _megatron_derived(a: Assumed) -> str:
     return a.facts["note"]
 
@@ -143,6 +163,8 @@ SENTENCES: dict[str, Callable[[Assumed], str]] = {
     "resume": _resume,
     "tp_comm_overlap": _tp_comm_overlap,
     "mamba_kernels": _mamba_kernels,
+    "gdn_kernels": _gdn_kernels,
+    "dsa_kernels": _dsa_kernels,
     "megatron_derived": _megatron_derived,
     "not_modelled": _not_modelled,
 }

@@ -124,7 +124,7 @@ def _text_block(verdict: Verdict) -> str:
         lines += [f"  {key}: {text}" for key, text in model_lines(e.model)]
     kinds = [(s.pipeline_rank, s.layer_kinds) for s in e.stages if s.layer_kinds is not None]
     if kinds:
-        lines.append("  hybrid layers (M Mamba, * attention, + MLA, - MLP, E MoE; | virtual stages, / MTP): "
+        lines.append("  hybrid layers (M Mamba, G gated delta net, * attention, D DSA, + MLA, - MLP, E MoE; | virtual stages, / MTP): "
                      + "; ".join(f"stage {r} {k or '-'}" for r, k in kinds))
     lines.append(f"  parameters: {e.total_parameters:,}")
     if e.budget_bytes is not None:
