@@ -1,0 +1,81 @@
+"""Cross-check: the estimator's 'G' and 'D' layer parameters against megatron-core's own modules.
+
+Megatron-LM main (d98e8a64) builds GatedDeltaNet / GatedDeltaNet2 and AbsorbedMLASelfAttention
+with its DSAttention / DSAIndexer in a child interpreter (tests/mcore_main_gd.py: that tree first
+on sys.path, the meta device, the fake process group, Transformer Engine's layers stood in by
+their shapes).  The installed megatron-core 0.16.1 has neither module, so the test skips without
+a Megatron-LM tree (MEGATRON_LM_TREE, default /work/tools/mlm_tree) or torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_hybrid import config
+from test_hybrid_gd import DSA, GDN, tp
+
+from megatron_estimator.model.parameters import layer_tensors
+
+TREE = Path(os.environ.get("MEGATRON_LM_TREE", "/work/tools/mlm_tree"))
+HARNESS = Path(__file__).with_name("mcore_main_gd.py")
+
+TOY = dict(hidden=64, heads=4)
+G_SHAPE = dict(key_heads=4, value_heads=8, key_head_dim=8, value_head_dim=8)
+D_SHAPE = dict(q_lora=24, kv_lora=16, qk_head_dim=8, pe=4, v_head_dim=8, index_heads=2, index_head_dim=8, topk=4)
+
+# (id, request to megatron-core, (pattern, flags, world size, layer index) for the estimator)
+CASES = [
+    *[(f"G-tp{t}", dict(kind="G", tp=t, **TOY, **G_SHAPE), ("G-", GDN + tp(t), t, 0)) for t in (1, 2, 4)],
+    *[(f"gdn2-tp{t}", dict(kind="G", tp=t, variant="gdn2", **TOY, **G_SHAPE),
+       ("G-", GDN + tp(t) + "--experimental-attention-variant gdn2", t, 0)) for t in (1, 2)],
+    ("G-rmsnorm", dict(kind="G", tp=2, normalization="RMSNorm", **TOY, **G_SHAPE),
+     ("G-", GDN + tp(2) + "--normalization RMSNorm", 2, 0)),
+    *[(f"D-tp{t}", dict(kind="D", tp=t, **TOY, **D_SHAPE), ("D-", DSA + tp(t), t, 0)) for t in (1, 2, 4)],
+    ("D-rmsnorm", dict(kind="D", tp=2, normalization="RMSNorm", **TOY, **D_SHAPE),
+     ("D-", DSA + tp(2) + "--normalization RMSNorm", 2, 0)),
+    ("D-no-q-lora", dict(kind="D", tp=2, **TOY, **{**D_SHAPE, "q_lora": None}),
+     ("D-", DSA.replace("--q-lora-rank 24 ", "") + tp(2), 2, 0)),
+    ("D-skips-its-topk", dict(kind="D", tp=1, topk_freq=2, layer_number=2, **TOY, **D_SHAPE),
+     ("DD-", DSA + "--dsa-indexer-topk-freq 2", 1, 1)),
+]
+
+
+def _why_not() -> str | None:
+    if not (TREE / "megatron/core/ssm/gated_delta_net/common.py").is_file():
+        return f"no Megatron-LM tree with the gated delta net modules at {TREE} (set MEGATRON_LM_TREE)"
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "torch is not installed"
+    return None
+
+
+@pytest.fixture(scope="module")
+def megatron_core_counts() -> dict[str, dict]:
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    requests = "".join(json.dumps(req) + "\n" for _, req, _ in CASES)
+    result = subprocess.run([sys.executable, str(HARNESS), str(TREE)], input=requests, capture_output=True,
+                            text=True, timeout=600)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if len(lines) != len(CASES):
+        pytest.fail(f"the harness answered {len(lines)} of {len(CASES)} requests:\n{result.stderr[-3000:]}")
+    return {case_id: json.loads(line) for (case_id, _, _), line in zip(CASES, lines)}
+
+
+@pytest.mark.parametrize("case_id, request_, ours", CASES, ids=[c[0] for c in CASES])
+def test_g_and_d_layer_parameters_match_megatron_core(megatron_core_counts, case_id, request_, ours):
+    answer = megatron_core_counts[case_id]
+    assert "error" not in answer, answer["error"]
+    reference = answer["params"]
+    pattern, flags, world, index = ours
+    cfg = config(pattern, flags, world_size=world)
+    mine = layer_tensors(cfg, index, "")
+    assert sum(p.numel for p in mine) == sum(reference.values()), (sorted(reference.items()), mine)
+    assert sorted(p.numel for p in mine) == sorted(reference.values())
