@@ -180,6 +180,41 @@ def _build(req):
         dist.destroy_process_group()
 
 
+def _dsa_core_saved(req) -> dict:
+    """What dsa.py's PyTorch sparse attention (``_run_sparse_attention`` on the absorbed path:
+    ``_unfused_absorbed_dsa_fn`` and the V up-projection einsum) saves for backward, run for
+    real on the CPU in bf16 under ``saved_tensors_hooks``: bytes per storage, counted once,
+    parameters (the kv up-projection weight) excluded."""
+    import types as _types
+
+    import torch
+    from megatron.core.transformer.experimental_attention_variant.dsa import _run_sparse_attention
+
+    s, b, n, L, P, v, qk = (req[k] for k in ("s", "b", "n", "kv_lora", "pe", "v_head_dim", "qk_head_dim"))
+    skv, topk = req.get("skv", s), req["topk"]
+    query = torch.randn(s, b, n, L + P, dtype=torch.bfloat16, requires_grad=True)
+    key = torch.randn(skv, b, 1, L + P, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(n * (qk + v), L, dtype=torch.bfloat16))
+    topk_indices = torch.randint(0, skv, (b, s, topk))
+    config = _types.SimpleNamespace(kv_lora_rank=L, attention_backend="unfused", dsa_kernel_backend="none")
+    seen, params = {}, {weight.untyped_storage().data_ptr()}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        # DSAttention.forward: the V up weight is a view of linear_kv_up_proj's, made contiguous
+        up_v = weight.view(n, qk + v, L)[:, qk:, :].to(dtype=query.dtype).contiguous()
+        out = _run_sparse_attention(absorbed_mla=True, query=query, key=key, value=None, up_v_weight=up_v,
+                                    topk_indices=topk_indices, softmax_scale=0.1, config=config, mask=None,
+                                    varlen_starts=None, varlen_ends=None, key_positions=None)
+    out.sum().backward()          # the graph is whole: every saved tensor was needed
+    return {"saved_bytes": sum(seen.values()), "tensors": len(seen)}
+
+
 def main() -> None:
     tree = sys.argv[1]
     sys.path.insert(0, tree)
@@ -191,7 +226,7 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            answer = {"params": _build(req)}
+            answer = _dsa_core_saved(req) if req["kind"] == "dsa_core" else {"params": _build(req)}
         except Exception as exc:   # reported to the test, which fails with it
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(answer), flush=True)

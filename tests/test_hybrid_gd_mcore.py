@@ -79,3 +79,44 @@ def test_g_and_d_layer_parameters_match_megatron_core(megatron_core_counts, case
     mine = layer_tensors(cfg, index, "")
     assert sum(p.numel for p in mine) == sum(reference.values()), (sorted(reference.items()), mine)
     assert sorted(p.numel for p in mine) == sorted(reference.values())
+
+
+# -- activations: DSA's PyTorch sparse attention, run for real ---------------------------------
+# dsa.py's path without a fused kernel is megatron-core's own PyTorch code: the harness runs
+# _run_sparse_attention (the absorbed path and its V up-projection einsum) on the CPU in bf16
+# and counts what autograd saves, once per storage.
+
+CORE_CASES = [
+    ("tp1", dict(kind="dsa_core", s=32, b=2, n=4, kv_lora=16, pe=4, v_head_dim=8, qk_head_dim=8, topk=4),
+     ("D-", DSA, 1)),
+    ("tp2-sp", dict(kind="dsa_core", s=32, b=2, n=2, kv_lora=16, pe=4, v_head_dim=8, qk_head_dim=8, topk=4),
+     ("D-", DSA + tp(2), 2)),
+    ("cp2", dict(kind="dsa_core", s=16, skv=32, b=2, n=4, kv_lora=16, pe=4, v_head_dim=8, qk_head_dim=8, topk=4),
+     ("D-", DSA + "--context-parallel-size 2 --cp-comm-type allgather", 2)),
+]
+
+
+@pytest.fixture(scope="module")
+def megatron_core_saved() -> dict[str, dict]:
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    requests = "".join(json.dumps(req) + "\n" for _, req, _ in CORE_CASES)
+    result = subprocess.run([sys.executable, str(HARNESS), str(TREE)], input=requests, capture_output=True,
+                            text=True, timeout=600)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if len(lines) != len(CORE_CASES):
+        pytest.fail(f"the harness answered {len(lines)} of {len(CORE_CASES)} requests:\n{result.stderr[-3000:]}")
+    return {case_id: json.loads(line) for (case_id, _, _), line in zip(CORE_CASES, lines)}
+
+
+@pytest.mark.parametrize("case_id, request_, ours", CORE_CASES, ids=[c[0] for c in CORE_CASES])
+def test_dsa_sparse_attention_saves_what_megatron_core_saves(megatron_core_saved, case_id, request_, ours):
+    from megatron_estimator.model.activations import dsa_core_bytes
+
+    answer = megatron_core_saved[case_id]
+    assert "error" not in answer, answer["error"]
+    pattern, flags, world = ours
+    cfg = config(pattern, flags, world_size=world)
+    # the core's output is linear_proj's input, counted apart from the core
+    assert dsa_core_bytes(cfg) == answer["saved_bytes"]

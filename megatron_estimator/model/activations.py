@@ -336,8 +336,7 @@ def dsa_bytes(config: EstimatorConfig) -> int:
     """What a DeepSeek sparse attention layer keeps beyond its input norm (see the module notes)."""
     m, mla, dsa = config.model, config.model.mla, config.model.hybrid.dsa
     d = dims(config)
-    T, Tr, b, s = d.tokens, d.tokens_r, d.b, d.s
-    skv = s * config.parallel.cp                      # keys gathered over context parallel (allgather)
+    T, Tr = d.tokens, d.tokens_r
     n = m.num_attention_heads // d.t
     L, P = mla.kv_lora_rank, mla.qk_pos_emb_head_dim
     total = 0
@@ -351,6 +350,19 @@ def dsa_bytes(config: EstimatorConfig) -> int:
         total += d.act * T * (L + P)                                  # the checkpoint's gathered kv and rope
     else:
         total += d.act * T * n * (mla.qk_head_dim + P)                # up-projected Q (absorption einsum)
+    return total + dsa_core_bytes(config) + d.linear_in * T * n * mla.v_head_dim   # + linear_proj input
+
+
+def dsa_core_bytes(config: EstimatorConfig) -> int:
+    """What a DSA layer's core attention keeps (dsa.py ``_run_sparse_attention`` with the V
+    up-projection einsum), or with 'core_attn' the checkpoint's query and key."""
+    m, mla, dsa = config.model, config.model.mla, config.model.hybrid.dsa
+    d = dims(config)
+    T, b, s = d.tokens, d.b, d.s
+    skv = s * config.parallel.cp                      # keys gathered over context parallel (allgather)
+    n = m.num_attention_heads // d.t
+    L, P = mla.kv_lora_rank, mla.qk_pos_emb_head_dim
+    total = 0
     if "core_attn" in d.recompute:
         total += d.act * T * n * (L + P) + d.act * T * (L + P)        # checkpoint inputs: query, key
     elif (dsa.kernel_backend == "none" or config.kernels.attention_backend == "unfused"):
@@ -365,7 +377,7 @@ def dsa_bytes(config: EstimatorConfig) -> int:
         total += d.act * T * n * (L + P) + d.act * skv * b * (L + P)  # fused kernel: query, key
         total += d.act * T * n * L + 4 * T * n + 4 * T * dsa.topk     # latent output, LSE, top-k indices
         total += d.act * n * mla.v_head_dim * L                       # V up weight copy (einsum)
-    return total + d.linear_in * T * n * mla.v_head_dim               # linear_proj input
+    return total
 
 
 @lru_cache(maxsize=1024)
