@@ -290,3 +290,18 @@ def test_the_report_names_the_kernel_assumptions():
     assert text["gdn_kernels"].startswith("gated delta net layers (1, gdn): ")
     assert "13 bytes per head" in text["dsa_kernels"]
     assert [s.layer_kinds for s in est.stages] == ["MGD-"]
+
+
+def test_the_backward_working_set_of_g_and_d_layers():
+    from megatron_estimator.model.stage import _layer_backward_working_set
+
+    T = SEQ * MBS
+    grads = 2 * 2 * T * H                               # the incoming and outgoing [s, b, h] gradients
+    cfg = config("G-", GDN + "--ffn-hidden-size 64")
+    # widest: the gated delta net's in_proj output gradient, 208 wide, over fc1's 64
+    assert _layer_backward_working_set(cfg, (0, 1)) == 2 * T * 208 + grads == 43008
+    cfg = config("D-", DSA)
+    # DSA's PyTorch path: two fp32 score-sized gradients, b x n x s x s_kv, over fc1's 4h
+    assert _layer_backward_working_set(cfg, (0, 1)) == 2 * 4 * MBS * A * SEQ * SEQ + grads == 81920
+    cfg = config("D-", DSA + "--dsa-kernel-backend cudnn")
+    assert _layer_backward_working_set(cfg, (0, 1)) == 2 * T * 4 * H + grads
