@@ -288,7 +288,7 @@ def test_the_report_names_the_kernel_assumptions():
     assert {"mamba_kernels", "gdn_kernels", "dsa_kernels"} <= set(keys)
     text = {a.key: a.text for a in state_all(est.assumed)}
     assert text["gdn_kernels"].startswith("gated delta net layers (1, gdn): ")
-    assert "13 bytes per head" in text["dsa_kernels"]
+    assert "the size of the full scores" in text["dsa_kernels"]
     assert [s.layer_kinds for s in est.stages] == ["MGD-"]
 
 

@@ -133,8 +133,9 @@ def _gdn_kernels(a: Assumed) -> str:
 
 def _dsa_kernels(a: Assumed) -> str:
     if a.facts["backend"] == "none" or a.facts["unfused"]:
-        core = ("the PyTorch sparse attention (dsa.py _unfused_absorbed_dsa_fn) keeps fp32 scores-sized tensors: "
-                "13 bytes per head, query and key position, from megatron-core's own code")
+        core = ("the PyTorch sparse attention (dsa.py _unfused_absorbed_dsa_fn, megatron-core's own code) keeps "
+                "tensors the size of the full scores, per head, query and key position: the fp32 exponentials and "
+                "probabilities, the probabilities in the training dtype and three bool masks")
     else:
         core = (f"the {a.facts['backend']} kernel is assumed to save its query, key, latent output, fp32 "
                 "log-sum-exp and int32 top-k indices (it is outside megatron-core)")
