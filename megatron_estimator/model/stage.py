@@ -486,7 +486,8 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
     if hybrid is not None and "G" in hybrid.layer_kinds + hybrid.mtp_kinds:
         # model/activations.py gdn_bytes: flash-linear-attention's kernels, outside megatron-core.
         items.append(Assumed("gdn_kernels", None, {"layers": hybrid.layer_kinds.count("G"),
-                                                   "variant": hybrid.gdn.variant}))
+                                                   "variant": hybrid.gdn.variant,
+                                                   "deterministic": config.training.deterministic_mode}))
     if hybrid is not None and "D" in hybrid.layer_kinds + hybrid.mtp_kinds:
         # model/activations.py dsa_bytes: the PyTorch sparse attention path, or an assumed fused kernel.
         items.append(Assumed("dsa_kernels", None, {"layers": hybrid.layer_kinds.count("D"),

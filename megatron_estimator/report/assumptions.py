@@ -128,7 +128,9 @@ def _gdn_kernels(a: Assumed) -> str:
             "flash-linear-attention's kernels are assumed to save for backward (causal_conv1d: its input, a view "
             "of in_proj's output; l2norm: the normalized q, k and fp32 rstd; chunk_gated_delta_rule: q, k, v, "
             "fp32 g, beta and the chunk's 64-wide triangular solve); fla is outside megatron-core and its version "
-            "is not checked; fine-grained activation offloading is taken to move nothing from these layers")
+            "is not checked; fine-grained activation offloading is taken to move nothing from these layers"
+            + ("; --deterministic-mode runs megatron-core's torch conv1d and chunked delta rule instead, whose saved "
+               "tensors are not modelled separately (the fla figures are used)" if a.facts.get("deterministic") else ""))
 
 
 def _dsa_kernels(a: Assumed) -> str:
