@@ -59,9 +59,12 @@ kernel's q, k (repeated to the value heads), v, fp32 g, beta and its ``64``-wide
 triangular solve A; the kernel output and the gate z the gated norm saves, with its fp32 rstd per
 value head; out_proj's input.  Selective 'gdn_norm_out' (common.py ``recompute_norm_out``) keeps
 only the norm's inputs.  The convolution, L2 norm and chunked delta rule are flash-linear-
-attention's kernels (fla), outside megatron-core: what they save is assumed from fla's autograd
-functions (causal_conv1d, l2norm, chunk_gated_delta_rule; gdn2 the same with its channel-wise
-f / b / w gates).
+attention's kernels (fla), outside megatron-core: what they save is taken from fla's autograd
+functions (CausalConv1dFunction saves its input x; L2NormFunction its output and fp32 rstd;
+ChunkGatedDeltaRuleFunction q, k, v, the chunk-cumulated g, beta and A) and assumed for the
+installed version (fla releases whose causal_conv1d makes its input contiguous save a copy of q, k,
+v instead of keeping in_proj's output alive: less); gdn2 is taken to save the same with its
+channel-wise f / b / w gates.
 
 A DeepSeek sparse attention layer (``D``, experimental_attention_variant/absorbed_mla.py
 ``AbsorbedMLASelfAttention.forward`` and dsa.py ``DSAttention.forward``; n = a / t local heads,
