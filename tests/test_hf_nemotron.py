@@ -3,7 +3,8 @@ published sizes, and the presets' estimates through the CLI.
 
 Every expected count is derived here, independently of the estimator: ``hf_checkpoint_tensors``
 itemises the tensors the HuggingFace checkpoint holds (modeling_nemotron_h.py: per block a norm and
-one mixer) from the config's numbers, and the published totals are quoted with their source.
+one mixer) from the config's numbers, the published totals are quoted with their source, and
+megatron-core's own MambaModel builds each preset (skipped where it cannot be imported).
 """
 
 from __future__ import annotations
@@ -134,6 +135,20 @@ def test_estimator_counts_what_megatron_builds(name):
     assert verdict.family.name == "hybrid"
     # 131072 is a multiple of 128: Megatron's default padding changes nothing.
     assert _estimate(name).estimate.total_parameters == MEGATRON_PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", sorted(MEGATRON_PARAMETERS))
+def test_megatron_core_builds_each_preset_at_that_size(name):
+    # megatron-core 0.16.1's MambaModel on the meta device, from the preset's mapped flags
+    # (tests/mcore_hybrid_reference.py; test-only stubs stand in for the kernel packages).
+    hybrid_reference = pytest.importorskip("mcore_hybrid_reference")
+    ok, why = hybrid_reference.mamba_available()
+    if not ok:
+        pytest.skip(f"megatron-core's MambaModel cannot be built here: {why}")
+    spec = {dest: s.value for dest, s in load_preset(name).raw.settings.items()}
+    spec["hybrid_override_pattern"] = spec.pop("hybrid_layer_pattern")  # 0.16.1's name
+    spec.update(make_vocab_size_divisible_by=1, moe_grouped_gemm=True)
+    assert hybrid_reference.reference_hybrid_parameter_counts(spec) == [MEGATRON_PARAMETERS[name]]
 
 
 def test_layer_counts_are_the_papers():
