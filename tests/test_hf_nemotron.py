@@ -398,3 +398,12 @@ def test_presets_have_no_unread_keys():
     for name in PUBLISHED:
         imported = load_preset(name)
         assert imported.ok and imported.notes == (), (name, imported.notes)
+
+
+def test_unknown_mixer_keys_are_refused_and_other_unknown_keys_noted():
+    imported = _import({**TINY_MOE, "moe_expert_scale_mode": "x", "mamba_dt_groups": 2, "colour": "green"})
+    assert sorted((p.code, p.location.split(" ")[-1]) for p in imported.problems) == [
+        ("hf-unsupported-feature", "mamba_dt_groups"), ("hf-unsupported-feature", "moe_expert_scale_mode")]
+    imported = _import({**TINY_MOE, "colour": "green"})
+    assert imported.ok
+    assert [n.location.split(" ")[-1] for n in imported.notes if n.code == "hf-key-not-read"] == ["colour"]

@@ -18,7 +18,7 @@ same four symbols.
 
 from __future__ import annotations
 
-from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, ConfigReader, is_count, show_value
+from megatron_estimator.inputs.hf.reader import METADATA_KEYS, MOE_TRAINING_KEYS, ConfigReader, is_count, show_value
 from megatron_estimator.inputs.hf.shape import supply_query_groups, supply_tie, supply_vocab
 
 # layers_block_type names -> Megatron's pattern symbols (hybrid_layer_allocation.py Symbols).
@@ -110,6 +110,7 @@ def _mtp_pattern(r: ConfigReader) -> tuple[str, int] | None:
 
 def map_nemotron_h(r: ConfigReader) -> None:
     """Nemotron-H / Nemotron Nano v2 / Nemotron 3: the hybrid layer pattern and its mixers."""
+    r.ignore("num_hidden_layers")  # checked against the pattern when the pattern is readable
     pattern = _main_pattern(r)
     mtp = _mtp_pattern(r)
     hidden = r.positive_int("hidden_size")
@@ -165,6 +166,23 @@ def map_nemotron_h(r: ConfigReader) -> None:
     _mamba(r, "M" in used)
     _experts(r, "E" in used)
     r.ignore(*IGNORED_KEYS)
+    _unknown_mixer_keys(r)
+
+
+# Key prefixes of the mixers' shapes: an unknown key with one of them may change what is built.
+MIXER_PREFIXES = ("mamba_", "ssm_", "moe_", "mtp_", "n_", "num_")
+
+
+def _unknown_mixer_keys(r: ConfigReader) -> None:
+    """A Mamba / MoE / MTP key this mapping does not know is refused (it may shape the model);
+    other unknown keys become the importer's usual hf-key-not-read notes."""
+    for key in r.config:
+        if key in r.read or key in r.ignored or key in METADATA_KEYS or not key.startswith(MIXER_PREFIXES):
+            continue
+        r.read.add(key)
+        r.problem("hf-unsupported-feature", key,
+                  f"{key} is a nemotron_h key the importer does not know; it may change the Mamba, MoE or MTP "
+                  "layers' shapes, so the model cannot be rebuilt faithfully")
 
 
 def _biases(r: ConfigReader) -> None:
