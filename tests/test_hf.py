@@ -583,11 +583,12 @@ _MEGATRON_ARG_DEFAULTS = {
     "kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
     "rope_type": None, "apply_rope_fusion": True, "rotary_scaling_factor": 1.0, "mscale": 1.0,
     "mscale_all_dim": 0.0, "mtp_num_layers": None,
-    "hybrid_layer_pattern": None, "mamba_num_heads": None, "mamba_head_dim": 64, "mamba_state_dim": 128,
+    "hybrid_layer_pattern": None, "hybrid_override_pattern": None, "mtp_hybrid_override_pattern": None,
+    "mamba_num_heads": None, "mamba_head_dim": 64, "mamba_state_dim": 128,
     "mamba_num_groups": 8, "squared_relu": False, "fp32_residual_connection": False,
 }
 # Dests only hybrid models use (HybridModel, not GPTModel; checked elsewhere).
-_HYBRID_ONLY_DESTS = {"hybrid_layer_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
+_HYBRID_ONLY_DESTS = {"hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
                       "mamba_num_groups", "squared_relu"}
 # Dests that GPTModel takes as arguments rather than through TransformerConfig
 # (megatron/training/argument_utils.py gpt_config_from_args).

@@ -407,3 +407,28 @@ def test_unknown_mixer_keys_are_refused_and_other_unknown_keys_noted():
     imported = _import({**TINY_MOE, "colour": "green"})
     assert imported.ok
     assert [n.location.split(" ")[-1] for n in imported.notes if n.code == "hf-key-not-read"] == ["colour"]
+
+
+@pytest.mark.parametrize("release, main_flag, mtp_flags", [
+    ("main", "--hybrid-layer-pattern M*EM/*E/*E", ()),
+    ("0.17.0", "--hybrid-layer-pattern M*EM", ("--mtp-hybrid-override-pattern *E", "--mtp-num-layers 2")),
+    ("0.16.1", "--hybrid-override-pattern M*EM", ("--mtp-hybrid-override-pattern *E", "--mtp-num-layers 2")),
+])
+def test_pattern_flags_are_the_chosen_releases(release, main_flag, mtp_flags):
+    # megatron_flag_history.tsv: --hybrid-layer-pattern from 0.17.0; --hybrid-override-pattern in every
+    # release; the '/' MTP syntax is main's (hybrid_layer_allocation.py at d98e8a64).
+    from megatron_estimator.megatron.flags import flag_table_for
+    from megatron_estimator.megatron.releases import using_release
+
+    config = {**TINY_MOE, "num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"}
+    with using_release(release):
+        imported = _import(config)
+        line = " ".join(imported.flags)
+    if "--mtp-hybrid-override-pattern" not in flag_table_for(release):
+        assert [p.code for p in imported.problems] == ["hf-unsupported-feature"]
+        assert main_flag.split()[0] in flag_table_for(release)
+        return
+    assert imported.ok, imported.problems
+    assert main_flag in line and all(f in line for f in mtp_flags), line
+    with using_release(release):
+        assert _estimate_import(imported).total_parameters == _estimate_import(_import(config)).total_parameters

@@ -108,6 +108,31 @@ def _mtp_pattern(r: ConfigReader) -> tuple[str, int] | None:
     return patterns[keys[0]], depths
 
 
+def _supply_pattern(r: ConfigReader, pattern: str, mtp: tuple[str, int] | None) -> None:
+    """The pattern in the chosen release's spelling (megatron/training/arguments.py): main reads
+    one --hybrid-layer-pattern with '/' MTP parts; releases before 0.17.0 have only
+    --hybrid-override-pattern, and MTP patterns before main go in --mtp-hybrid-override-pattern
+    with --mtp-num-layers.  Megatron derives --num-layers (and the MTP depth) from the pattern."""
+    from megatron_estimator.megatron.flags import flag_table
+    from megatron_estimator.megatron.releases import chosen_release
+
+    key = "hybrid_override_pattern" if r.has("hybrid_override_pattern") else "layers_block_type"
+    table = flag_table()
+    flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in table else "--hybrid-override-pattern"
+    if mtp is None or chosen_release().version == "main":
+        r.supply(flag, pattern if mtp is None else "/".join([pattern] + [mtp[0]] * mtp[1]), key)
+        return
+    r.supply(flag, pattern, key)
+    mtp_key = "mtp_hybrid_override_pattern" if r.has("mtp_hybrid_override_pattern") else "mtp_layers_block_type"
+    if "--mtp-hybrid-override-pattern" not in table:
+        r.problem("hf-unsupported-feature", mtp_key,
+                  f"MTP layers in a hybrid model need Megatron 0.17.0 or later (--mtp-hybrid-override-pattern); "
+                  f"the chosen release is {chosen_release().version}")
+        return
+    r.supply("--mtp-hybrid-override-pattern", mtp[0], mtp_key)
+    r.supply("--mtp-num-layers", mtp[1], "num_nextn_predict_layers")
+
+
 def map_nemotron_h(r: ConfigReader) -> None:
     """Nemotron-H / Nemotron Nano v2 / Nemotron 3: the hybrid layer pattern and its mixers."""
     r.ignore("num_hidden_layers")  # checked against the pattern when the pattern is readable
@@ -118,10 +143,7 @@ def map_nemotron_h(r: ConfigReader) -> None:
     heads = r.positive_int("num_attention_heads")
     kv_heads = r.positive_int("num_key_value_heads")
     if pattern is not None:
-        full = pattern if mtp is None else "/".join([pattern] + [mtp[0]] * mtp[1])
-        key = "hybrid_override_pattern" if r.has("hybrid_override_pattern") else "layers_block_type"
-        # Megatron derives --num-layers (and --mtp-num-layers) from the pattern (validate_args).
-        r.supply("--hybrid-layer-pattern", full, key)
+        _supply_pattern(r, pattern, mtp)
     if hidden:
         r.supply("--hidden-size", hidden, "hidden_size")
     if ffn:
