@@ -26,17 +26,20 @@ from megatron_estimator.inputs.presets import load_preset
 PRESETS = REPO / "megatron_estimator" / "data" / "presets"
 MLM_EXAMPLES = Path("/work/tools/mlm_examples")
 
-# Published sizes: the Hub's safetensors parameter total of each checkpoint where one is quoted,
-# else the size the model card / paper states.
-#   nemotron-h-8b: 8,100,852,736, a named_parameters() count of nvidia/Nemotron-H-8B-Base-8K's
-#     checkpoint (published "8B"; Nemotron-H paper: 24 Mamba-2, 24 MLP and 4 attention layers).
+# Published sizes: an exact total of each checkpoint where one is quoted publicly, and the size
+# the model card / paper states.
+#   nemotron-h-8b: 8,100,852,736, a public named_parameters() analysis of nvidia/Nemotron-H-8B-Base-8K
+#     (published "8B"; Nemotron-H paper: 24 Mamba-2, 24 MLP and 4 attention layers).
 #   nemotron-h-56b: published "56B" (paper: 54 Mamba-2, 54 MLP, 10 attention layers); no exact
 #     total found, so the hand itemisation below is the exact reference.
-#   nemotron-nano-9b-v2: 8,888,227,328, the Hub's safetensors total of
-#     nvidia/NVIDIA-Nemotron-Nano-9B-v2 (published "9B").
+#   nemotron-nano-9b-v2: 8,888,227,328, the Hub's safetensors metadata total of
+#     nvidia/NVIDIA-Nemotron-Nano-9B-v2 as a public model registry (kvfit) records it (published "9B").
 #   nemotron-3-nano-30b-a3b: 31,577,940,288, llama.cpp's n_params of the converted checkpoint
 #     (published "31.6B total, 3.2B active"); it counts the 23 MoE layers'
 #     e_score_correction_bias (128 each), which Megatron keeps as the router's expert_bias buffer.
+# The shapes: Megatron-LM's examples/post_training/modelopt/conf/nvidia/<checkpoint>.sh (d98e8a64),
+# Megatron-Bridge's nemotron_h_provider.py, and the checkpoints' config.json as quoted by
+# Megatron-Bridge's tests (8B) and public conversion code (Nemotron 3 Nano, Nano 9B v2).
 PUBLISHED = {
     "nemotron-h-8b": (8_100_852_736, 8e9),
     "nemotron-h-56b": (None, 56e9),
@@ -164,7 +167,8 @@ def test_layer_counts_are_the_papers():
 
 
 def _modelopt_flags(name: str) -> list[str]:
-    """MODEL_ARGS of Megatron-LM's examples/post_training/modelopt/conf/nvidia/<name>.sh."""
+    """MODEL_ARGS of Megatron-LM's examples/post_training/modelopt/conf/nvidia/<name>.sh
+    (flattened into /work/tools/mlm_examples)."""
     path = MLM_EXAMPLES / f"examples_post_training_modelopt_conf_nvidia_{name}.sh"
     if not path.is_file():
         pytest.skip(f"Megatron-LM's examples are not extracted here ({path})")
