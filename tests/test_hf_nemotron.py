@@ -396,6 +396,8 @@ def test_cli_exit_2_for_an_unsupported_config(tmp_path):
     result = cli("estimate", "--hf-config", str(path), "--", "--seq-length", "64", "--micro-batch-size", "1")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "moe_latent_size" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    # The import's problems are the whole answer: no follow-on "--num-layers is required".
+    assert "invalid input, 1 problem" in result.stdout and "missing-required" not in result.stdout
 
 
 def test_presets_have_no_unread_keys():
