@@ -124,6 +124,10 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     flag_input, flag_problems = input_from_flags(flags, environ=environ) if flags else (
         TrainingInput(RawArgs(), source="command line"), ())
     raw = imported.raw.merged(flag_input.raw) if flag_input.raw.settings else imported.raw
+    if imported.problems:
+        # The architecture could not be read: the flags alone would only add follow-on problems
+        # (--num-layers is required, ...), so the import's own problems are the whole answer.
+        raw = RawArgs({}, imported.source)
     overridden = sorted(set(imported.raw.settings) & set(flag_input.raw.settings))
     notes = [f"{label} supplies: {imported.command_line()}"] if imported.flags else []
     if overridden:

@@ -47,6 +47,10 @@ PRESET_PARAMETERS: dict[str, tuple[int, int]] = {
     "qwen3-8b": (8_190_735_360, 8_190_735_360),
 }
 
+# Hybrid Mamba presets: megatron-core's GPTModel cannot build them (tests/test_hf_nemotron.py
+# pins their sizes, tests/test_mcore_crosscheck.py builds the hybrid stack).
+HYBRID_PRESETS = ("nemotron-3-nano-30b-a3b", "nemotron-h-56b", "nemotron-h-8b", "nemotron-nano-9b-v2")
+
 # The same for the fixtures: published sizes for the real configs; hand-counted for the tiny ones.
 FIXTURE_PARAMETERS: dict[str, tuple[int, int]] = {
     "llama-7b.json": (6_738_415_616, 6_738_415_616),  # LLaMA-1 7B
@@ -87,9 +91,11 @@ def _settings(imported) -> dict:
 def test_preset_names_are_the_published_models():
     assert preset_names() == (
         "deepseek-v2-lite", "deepseek-v3", "gpt2", "llama3-70b", "llama3-8b", "llama3.1-405b",
-        "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
+        "mistral-7b", "mixtral-8x7b", "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "nemotron-h-8b",
+        "nemotron-nano-9b-v2", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
     )
-    assert set(PRESET_PARAMETERS) == set(preset_names())
+    # The hybrid (Nemotron-H) presets are pinned in tests/test_hf_nemotron.py.
+    assert set(PRESET_PARAMETERS) | set(HYBRID_PRESETS) == set(preset_names())
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -577,7 +583,13 @@ _MEGATRON_ARG_DEFAULTS = {
     "kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
     "rope_type": None, "apply_rope_fusion": True, "rotary_scaling_factor": 1.0, "mscale": 1.0,
     "mscale_all_dim": 0.0, "mtp_num_layers": None,
+    "hybrid_layer_pattern": None, "hybrid_override_pattern": None, "mtp_hybrid_override_pattern": None,
+    "mamba_num_heads": None, "mamba_head_dim": 64, "mamba_state_dim": 128,
+    "mamba_num_groups": 8, "squared_relu": False, "fp32_residual_connection": False,
 }
+# Dests only hybrid models use (HybridModel, not GPTModel; checked elsewhere).
+_HYBRID_ONLY_DESTS = {"hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
+                      "mamba_num_groups", "squared_relu"}
 # Dests that GPTModel takes as arguments rather than through TransformerConfig
 # (megatron/training/argument_utils.py gpt_config_from_args).
 _GPT_MODEL_DESTS = {
@@ -648,7 +660,7 @@ def count_with_megatron_core(raw: RawArgs, *, pad_vocab: bool) -> int:
     if ffn is None:
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if args["swiglu"] else 4 * hidden
     moe = args["num_experts"] is not None
-    kwargs = {k: v for k, v in args.items() if k not in _GPT_MODEL_DESTS}
+    kwargs = {k: v for k, v in args.items() if k not in _GPT_MODEL_DESTS and k not in _HYBRID_ONLY_DESTS}
     for dest in ("group_query_attention", "swiglu", "num_experts", "rope_type"):
         del kwargs[dest]
     kwargs.update(

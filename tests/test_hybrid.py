@@ -1,6 +1,7 @@
 """Hybrid (Mamba) models: the layer pattern, parameters per layer symbol and stage, Mamba
 activations, and Megatron-LM's own examples/mamba/train.sh.  Every figure is itemised by hand
-from the megatron-core modules (0.16.1 cannot build a MambaMixer here: see the skip)."""
+from the megatron-core modules; the parameter itemisation is also held to megatron-core's own
+MambaModel (built with test-only kernel stubs, tests/mcore_hybrid_reference.py)."""
 
 from __future__ import annotations
 
@@ -222,15 +223,20 @@ def test_mamba_layers_keep_their_input_only_under_full_recompute():
     assert chunk.recompute_peak == mamba_layer_bytes(1, False, 64)
 
 
-def test_megatron_core_cannot_build_a_mamba_mixer_here():
-    # The cross-check against megatron-core's MambaModel needs mamba_ssm (its Triton kernels);
-    # the figures above are itemised by hand instead.
-    try:
-        import megatron.core.models.mamba.mamba_model  # noqa: F401
-        import mamba_ssm  # noqa: F401
-    except ImportError as err:
-        pytest.skip(f"megatron-core's MambaModel cannot be built here: {err}")
-    pytest.skip("mamba_ssm is installed: add a meta-device cross-check of the Mamba mixer")
+def test_toy_parameters_equal_megatron_cores_mamba_model():
+    # The hand itemisation above against megatron-core's own MambaModel (tests/mcore_hybrid_reference.py:
+    # meta device, test-only stubs of the kernel packages); more shapes in tests/test_mcore_crosscheck.py.
+    hybrid_reference = pytest.importorskip("mcore_hybrid_reference")
+    ok, why = hybrid_reference.mamba_available()
+    if not ok:
+        pytest.skip(f"megatron-core's MambaModel cannot be built here: {why}")
+    spec = {"hybrid_override_pattern": "M*-M", "hidden_size": H, "num_attention_heads": 4, "ffn_hidden_size": F,
+            "vocab_size": 1000, "max_position_embeddings": POSITIONS, "mamba_head_dim": 16, "mamba_state_dim": STATE,
+            "mamba_num_groups": GROUPS, "position_embedding_type": "none"}
+    for t in (1, 2):
+        # tied embedding (padded 1024 rows, t-split) + final LayerNorm (2h)
+        by_hand = 2 * mamba_params(t) + attention_params(t) + mlp_params(t) + VOCAB // t * H + 2 * H
+        assert hybrid_reference.reference_hybrid_parameter_counts({**spec, "tensor_model_parallel_size": t}) == [by_hand]
 
 
 # -- Megatron-LM's own example -----------------------------------------------------------------

@@ -149,3 +149,69 @@ def test_layer_activations_equal_saved_tensors(megatron_core, name, text, world)
     measured = mcore_reference.saved_activation_bytes(spec, seq_length=128, micro_batch_size=2)
     config = resolve(text, world)
     assert layer_activations(config, 1).total == measured.layer_bytes(1)
+
+
+# --- Hybrid (Mamba) models: megatron-core 0.16.1's MambaModel, per pipeline rank -------------
+#
+# tests/mcore_hybrid_reference.py builds MambaModel on the meta device with test-only stubs for
+# the kernel packages megatron-core's Mamba modules import (mamba_ssm, causal_conv1d, einops); the
+# stubs hold the kernels' names and mamba_ssm's gated RMSNorm (one weight), nothing else.
+
+HYBRID_KEYS = frozenset({"hybrid_layer_pattern", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
+                         "mamba_num_heads"})
+HYBRID = ("--hybrid-layer-pattern M*-M --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 "
+          "--vocab-size 1000 --mamba-head-dim 16 --mamba-state-dim 8 --mamba-num-groups 4 "
+          "--position-embedding-type none " + COMMON)
+NEMOTRON = ("--hybrid-layer-pattern M-M*-M-M*-M- --hidden-size 128 --num-attention-heads 8 --group-query-attention "
+            "--num-query-groups 4 --kv-channels 32 --ffn-hidden-size 320 --normalization RMSNorm --disable-bias-linear "
+            "--squared-relu --untie-embeddings-and-output-weights --mamba-num-heads 12 --mamba-head-dim 24 "
+            "--mamba-state-dim 16 --mamba-num-groups 4 --vocab-size 1000 --position-embedding-type none " + COMMON)
+HYBRID_MOE = (NEMOTRON.replace("M-M*-M-M*-M-", "MEM*EMEM*EME") + " --num-experts 8 --moe-ffn-hidden-size 48 "
+              "--moe-router-topk 2 --moe-shared-expert-intermediate-size 96 --moe-grouped-gemm "
+              "--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
+
+HYBRID_CASES = [
+    ("hybrid layernorm biases tied", HYBRID, 1),
+    ("hybrid tp2", HYBRID + " --tensor-model-parallel-size 2", 2),
+    ("hybrid tp4", HYBRID + " --tensor-model-parallel-size 4", 4),
+    ("nemotron-like", NEMOTRON, 1),
+    ("nemotron-like tp2 pp2", NEMOTRON + " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2", 4),
+    ("nemotron-like tp4", NEMOTRON + " --tensor-model-parallel-size 4", 4),
+    ("nemotron-like pp3 uneven", NEMOTRON.replace("M-M*-M-M*-M-", "M-M*-M-M*-M-M-") + " --pipeline-model-parallel-size 3 "
+     "--decoder-first-pipeline-num-layers 4 --decoder-last-pipeline-num-layers 6", 3),
+    ("hybrid moe", HYBRID_MOE, 1),
+    ("hybrid moe ep4", HYBRID_MOE + " --expert-model-parallel-size 4", 4),
+    ("hybrid moe tp2 etp1 ep2 pp2", HYBRID_MOE + " --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+     "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel", 4),
+]
+
+
+@pytest.fixture(scope="module")
+def megatron_mamba():
+    hybrid_reference = pytest.importorskip("mcore_hybrid_reference")
+    ok, why = hybrid_reference.mamba_available()
+    if not ok:
+        pytest.skip(f"megatron-core's MambaModel cannot be built here: {why}")
+    return hybrid_reference
+
+
+def hybrid_estimate(text: str, world: int):
+    from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.inputs.entry_script import model_family
+    from megatron_estimator.results.estimate import build_estimate
+
+    raw, problems = parse_megatron_argv(shlex.split(text))
+    assert not problems, problems
+    config = resolve_config(raw, world_size=world, world_size_source="test", environ={}, family=model_family(raw))
+    assert config.model.family == "hybrid"
+    return build_estimate(config, environ={})
+
+
+@pytest.mark.parametrize("name, text, world", HYBRID_CASES, ids=[c[0] for c in HYBRID_CASES])
+def test_hybrid_parameters_per_stage_equal_megatron_core(megatron_mamba, name, text, world):
+    spec = spec_for(text, HYBRID_KEYS)
+    spec["hybrid_override_pattern"] = spec.pop("hybrid_layer_pattern")  # 0.16.1's name
+    spec.pop("num_layers", None)
+    reference = megatron_mamba.reference_hybrid_parameter_counts(spec)
+    assert [s.parameters for s in hybrid_estimate(text, world).stages] == reference

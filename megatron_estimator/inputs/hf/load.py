@@ -15,6 +15,7 @@ from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
 from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
+from megatron_estimator.inputs.hf.nemotron import map_nemotron_h
 from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
 from megatron_estimator.inputs.hf.result import HfImport, failed_import
 
@@ -27,6 +28,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama",
     "mistral",
     "mixtral",
+    "nemotron_h",
     "qwen2",
     "qwen2_moe",
     "qwen3",
@@ -40,6 +42,7 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
     "deepseek_v3": map_deepseek,
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
+    "nemotron_h": map_nemotron_h,
 }
 
 

@@ -51,6 +51,7 @@ CONFIG_CLASS = {
     "deepseek_v3": "DeepseekV3Config",
     "gpt2": "GPT2Config",
     "gpt_neox": "GPTNeoXConfig",
+    "nemotron_h": "NemotronHConfig",
 }
 
 

@@ -64,6 +64,15 @@ SUPPLIED_FLAGS: dict[str, tuple[str, str]] = {
     "--mscale": ("mscale", "value"),
     "--mscale-all-dim": ("mscale_all_dim", "value"),
     "--mtp-num-layers": ("mtp_num_layers", "value"),
+    "--hybrid-layer-pattern": ("hybrid_layer_pattern", "value"),
+    "--hybrid-override-pattern": ("hybrid_override_pattern", "value"),
+    "--mtp-hybrid-override-pattern": ("mtp_hybrid_override_pattern", "value"),
+    "--mamba-num-heads": ("mamba_num_heads", "value"),
+    "--mamba-head-dim": ("mamba_head_dim", "value"),
+    "--mamba-state-dim": ("mamba_state_dim", "value"),
+    "--mamba-num-groups": ("mamba_num_groups", "value"),
+    "--squared-relu": ("squared_relu", "switch"),
+    "--fp32-residual-connection": ("fp32_residual_connection", "switch"),
 }
 
 
