@@ -532,11 +532,16 @@ def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
 def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if not ns.get("num_experts"):
         return
-    # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel.
+    # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel
+    # (every release).  With expert parallel > 1 as well, megatron/core/model_parallel_config.py
+    # raises as soon as the model configuration is built in 0.14 and only warns from 0532e92748
+    # (#3678, 0.15): megatron_behaviour.tsv moe_ep_tp_without_sp.
     if (ns.get("tensor_model_parallel_size") or 1) > 1 and not ns.get("sequence_parallel"):
+        early = (ns.get("expert_model_parallel_size") or 1) > 1 and _release_rule("moe_ep_tp_without_sp") == "error"
+        when = ("when it builds the model configuration, model_parallel_config.py" if early
+                else "at the first training step, moe_layer.py")
         yield Problem("moe-tp-needs-sequence-parallel", raw.location("tensor_model_parallel_size"),
-                      "MoE with tensor parallel size > 1 needs --sequence-parallel (Megatron raises "
-                      "during training otherwise)")
+                      f"MoE with tensor parallel size > 1 needs --sequence-parallel (Megatron raises {when})")
     # transformer_config.py __post_init__
     if ns.get("moe_enable_deepep") and ns.get("moe_token_dispatcher_type") != "flex":
         yield Problem("deepep-needs-flex", raw.location("moe_enable_deepep"),
@@ -633,6 +638,12 @@ def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str]
         yield Problem("step-schedule-with-global-batch", raw.location("global_batch_size"),
                       "--global-batch-size cannot be combined with --step-batch-size-schedule "
                       "(the schedule sets the global batch size)")
+
+
+# The rules whose content depends on the release (config/release_rules.py), after these.
+from megatron_estimator.config.release_rules import RELEASE_RULES  # noqa: E402
+
+RULES.extend(RELEASE_RULES)
 
 
 def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext = RunContext()) -> list[Problem]:

@@ -43,9 +43,12 @@ class ChosenRelease:
     version: str        # a label of megatron_releases.tsv
     source: str         # "--megatron-version", "megatron/core/package_info.py at ...", "default: ..."
     warning: str = ""   # set when the version asked for was mapped to a nearby release
+    as_of: str = ""     # with "main": a main-branch commit of this day (YYYY-MM-DD), for behaviour
 
     def as_json(self) -> dict:
         out = {"version": self.version, "source": self.source}
+        if self.as_of:
+            out["as_of"] = self.as_of
         if self.warning:
             out["warning"] = self.warning
         return out

@@ -1,0 +1,163 @@
+"""Validation that depends on the Megatron release, and main as of a day.
+
+Expected outcomes come from Megatron-LM's sources (git show TAG:FILE in the mirror):
+- --deterministic-mode: megatron/training/arguments.py validate_args of core_v0.14.0 ..
+  core_v0.18.0 asserts ``not args.use_flash_attn``, ``not args.cross_entropy_loss_fusion`` and
+  ``os.getenv("NCCL_ALGO") in ["Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS"]``;
+  from 3ab71eeb3e (#5041, 2026-07-08; core_v0.19.0 and main) megatron/training/determinism.py
+  ARG_VALUES_REQUIRED_FOR_DETERMINISM = {cross_entropy_loss_fusion: False, tp_comm_overlap:
+  False}, NCCL_ALGO tokens (when set) in {Ring, CollnetDirect, CollnetChain, ^NVLS},
+  NVTE_ALLOW_NONDETERMINISTIC_ALGO in {"0"}, CUBLAS_WORKSPACE_CONFIG in {":4096:8", ":16:8"},
+  MAMBA_DETERMINISTIC starting with "1", and on main only (f101c470de, #6655) also
+  CAUSAL_CONV1D_DETERMINISTIC.
+- MoE with EP > 1 and TP > 1 without sequence parallel: megatron/core/model_parallel_config.py
+  raises ValueError in core_v0.14.0, warns from 0532e92748 (#3678; core_v0.15.3 on);
+  megatron/core/transformer/moe/moe_layer.py raises in the training forward in every release.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron_estimator.megatron.behaviour import behaviour, behaviour_rows
+from megatron_estimator.megatron.releases import ChosenRelease, labels, select_release, using_release
+
+GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+       "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+       "--tokenizer-type NullTokenizer --vocab-size 1000").split()
+
+
+@pytest.fixture(autouse=True)
+def _default_release():
+    select_release(None)
+    yield
+    select_release(None)
+
+
+def verdict_at(release, argv, environ=None, world_size=8, job=False):
+    from megatron_estimator.api import evaluate, input_from_flags
+    with using_release(release):
+        inp, problems = input_from_flags(GPT + argv, environ=environ or {})
+        if job:
+            from dataclasses import replace
+            inp = replace(inp, job_environment=True)
+        return evaluate(inp, world_size=world_size, environ=environ or {}, problems=problems)
+
+
+def codes(verdict):
+    return sorted((p.code, p.location) for p in verdict.problems)
+
+
+def main_as_of(day):
+    return ChosenRelease("main", f"main as of {day}", as_of=day)
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+def test_every_rule_covers_every_release_once_and_dates_are_ordered():
+    rules = {row.rule for row in behaviour_rows()}
+    for rule in rules:
+        rows = [r for r in behaviour_rows() if r.rule == rule]
+        for label in labels()[labels().index(rows[0].first):]:     # from the release that has it
+            assert len([r for r in rows if labels().index(r.first) <= labels().index(label)
+                        <= labels().index(r.last)]) == 1, (rule, label)
+        assert rows[0].date == "" and all(r.date for r in rows[1:]), rule
+        assert [r.date for r in rows[1:]] == sorted(r.date for r in rows[1:]), rule
+
+
+@pytest.mark.parametrize("day, value", [
+    ("2026-07-07", "use_flash_attn,cross_entropy_loss_fusion"),     # the day before 3ab71eeb3e
+    ("2026-07-08", "cross_entropy_loss_fusion,tp_comm_overlap"),
+    ("2026-08-22", "cross_entropy_loss_fusion,tp_comm_overlap"),
+])
+def test_main_as_of_a_day_steps_back_past_later_commits(day, value):
+    assert behaviour("deterministic_mode_forbids", "main", as_of=day) == value
+    with using_release(main_as_of(day)):
+        assert behaviour("deterministic_mode_forbids") == value
+
+
+def test_main_as_of_steps_back_more_than_one_row():
+    # deterministic_env_one: main row from f101c470de (2026-08-21), 0.19.0 row from 3ab71eeb3e (2026-07-08)
+    assert behaviour("deterministic_env_one", "main", as_of="2026-08-21") == \
+        "MAMBA_DETERMINISTIC,CAUSAL_CONV1D_DETERMINISTIC"
+    assert behaviour("deterministic_env_one", "main", as_of="2026-08-20") == "MAMBA_DETERMINISTIC"
+    assert behaviour("deterministic_env_one", "main", as_of="2026-07-01") == ""
+    # A dated release label is not moved by as_of.
+    assert behaviour("deterministic_env_one", "0.19.0", as_of="2026-07-01") == "MAMBA_DETERMINISTIC"
+
+
+# -- --deterministic-mode --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("release, flag, refused", [
+    ("0.14.0", "--use-flash-attn", True), ("0.18.0", "--use-flash-attn", True),
+    ("0.19.0", "--use-flash-attn", False), ("main", "--use-flash-attn", False),
+    ("0.14.0", "--tp-comm-overlap", False), ("0.17.1", "--tp-comm-overlap", False),
+    ("0.19.0", "--tp-comm-overlap", True), ("main", "--tp-comm-overlap", True),
+    ("0.14.0", "--cross-entropy-loss-fusion", True), ("0.16.1", "--cross-entropy-loss-fusion", True),
+    ("0.19.0", "--cross-entropy-loss-fusion", True), ("main", "--cross-entropy-loss-fusion", True),
+    (main_as_of("2026-07-02"), "--tp-comm-overlap", False), (main_as_of("2026-07-02"), "--use-flash-attn", True),
+    (main_as_of("2026-07-08"), "--tp-comm-overlap", True), (main_as_of("2026-07-08"), "--use-flash-attn", False),
+])
+def test_deterministic_mode_forbids_per_release(release, flag, refused):
+    extra = ["--sequence-parallel", "--tensor-model-parallel-size", "2"] if flag == "--tp-comm-overlap" else []
+    verdict = verdict_at(release, ["--deterministic-mode", flag, *extra], {"NCCL_ALGO": "Ring"})
+    assert (("deterministic-mode-conflict", flag) in codes(verdict)) == refused
+    if refused:
+        [problem] = [p for p in verdict.problems if p.code == "deterministic-mode-conflict"]
+        assert f"{flag} cannot be used with --deterministic-mode" in problem.message
+
+
+def test_without_deterministic_mode_nothing_is_refused():
+    verdict = verdict_at("0.14.0", ["--use-flash-attn"])
+    assert "deterministic-mode-conflict" not in [c for c, _ in codes(verdict)]
+
+
+@pytest.mark.parametrize("release, environ, refused", [
+    ("0.14.0", {}, True), ("0.18.0", {}, True),                        # must be set
+    ("0.18.0", {"NCCL_ALGO": "Tree"}, False), ("0.18.0", {"NCCL_ALGO": "Ring,Tree"}, True),
+    ("0.19.0", {}, False), ("main", {}, False),                        # unset: Ring
+    ("main", {"NCCL_ALGO": "Tree"}, True), ("main", {"NCCL_ALGO": "Ring,^NVLS"}, False),
+    ("main", {"NCCL_ALGO": "Ring,Tree"}, True),
+    ("main", {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"}, True), ("0.18.0", {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1", "NCCL_ALGO": "Ring"}, False),
+    ("main", {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}, False), ("main", {"CUBLAS_WORKSPACE_CONFIG": ":0:0"}, True),
+    ("0.19.0", {"MAMBA_DETERMINISTIC": "0"}, True), ("0.19.0", {"CAUSAL_CONV1D_DETERMINISTIC": "0"}, False),
+    ("main", {"CAUSAL_CONV1D_DETERMINISTIC": "0"}, True), ("main", {"CAUSAL_CONV1D_DETERMINISTIC": "1"}, False),
+])
+def test_deterministic_environment_per_release_in_the_jobs_environment(release, environ, refused):
+    verdict = verdict_at(release, ["--deterministic-mode"], environ, job=True)
+    assert ("deterministic-mode-environment" in [c for c, _ in codes(verdict)]) == refused
+
+
+def test_deterministic_environment_is_a_note_outside_the_jobs_environment():
+    from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    assert verdict_at("0.18.0", ["--deterministic-mode"], {}).status != "invalid"
+    with using_release("0.18.0"):
+        raw, _ = parse_megatron_argv(GPT + ["--deterministic-mode"])
+        config = resolve_config(raw, world_size=8, environ={})
+    assert ("job environment (not checked here): --deterministic-mode needs NCCL_ALGO set to one of Tree, Ring, "
+            "CollnetDirect, CollnetChain, ^NVLS (Megatron 0.18.0); it is not set") in config.notes
+
+
+# -- MoE with tensor parallel and no sequence parallel --------------------------------------------
+
+@pytest.mark.parametrize("release, ep, when", [
+    ("0.14.0", 2, "when it builds the model configuration, model_parallel_config.py"),
+    ("0.14.0", 1, "at the first training step, moe_layer.py"),
+    ("0.15.3", 2, "at the first training step, moe_layer.py"),
+    ("0.19.0", 2, "at the first training step, moe_layer.py"),
+    ("main", 2, "at the first training step, moe_layer.py"),
+])
+def test_moe_tensor_parallel_without_sequence_parallel_per_release(release, ep, when):
+    verdict = verdict_at(release, ["--num-experts", "4", "--tensor-model-parallel-size", "2",
+                                   "--expert-model-parallel-size", str(ep)])
+    [problem] = [p for p in verdict.problems if p.code == "moe-tp-needs-sequence-parallel"]
+    assert problem.message == ("MoE with tensor parallel size > 1 needs --sequence-parallel "
+                               f"(Megatron raises {when})")
+
+
+def test_moe_with_sequence_parallel_is_accepted_in_every_release():
+    for label in ("0.14.0", "0.15.3", "main"):
+        verdict = verdict_at(label, ["--num-experts", "4", "--tensor-model-parallel-size", "2",
+                                     "--expert-model-parallel-size", "2", "--sequence-parallel"])
+        assert "moe-tp-needs-sequence-parallel" not in [c for c, _ in codes(verdict)], label
