@@ -429,6 +429,20 @@ def driver_gpu_budget(environ: Mapping[str, str], proc_root: str | None = None):
     return None
 
 
+def job_stack(environ: Mapping[str, str], overheads: Any, settings: Any = None, path: Sequence[str] | None = None):
+    """``run``: ``(overheads with the job's flash-attn, StackPackage records)`` from the job's
+    package metadata on ``path`` (default: ``$PYTHONPATH`` of the launch's ``environ``, then
+    ``sys.path``), unless the ``flash-attn`` setting of ``settings`` was given (it wins):
+    ``inputs/job_stack.py``."""
+    from megatron_estimator.core.distributions import job_path
+    from megatron_estimator.inputs.job_stack import detect_job_stack, stack_facts
+
+    entry = settings.entry("flash-attn") if settings is not None else None
+    given = (settings.flash_attn, entry.source) if entry is not None and entry.given else (None,)
+    flash_attn, records = stack_facts(detect_job_stack(job_path(environ) if path is None else list(path)), *given)
+    return replace(overheads, flash_attn=flash_attn), records
+
+
 def overheads_from_settings(settings: Any, gpu: Any = None):
     """The overhead assumptions (``model.overhead.Overheads``) that ``settings`` (a
     ``settings.Settings``) give, for ``gpu`` (a ``GpuSpec``; default: the settings' GPU)."""
@@ -706,7 +720,9 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         chosen, note = nemo_container_release(_nemo_tags_of(launch))
         notes += [note] if note else []
     if chosen is None and environment_is_jobs:
-        version = installed_megatron_core()
+        from megatron_estimator.core.distributions import job_path
+
+        version = installed_megatron_core(job_path(environ))
         try:
             chosen = release_of(version, f"the checking environment's megatron-core {version} "
                                          "(its installed metadata)") if version else None

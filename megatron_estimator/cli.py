@@ -118,7 +118,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                       help="MoE: extra share of tokens a hot expert rank receives (default 0)")
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "
-                           "falls back to unfused attention without >= 2.4.1 (default: >= 2.4.1)")
+                           "falls back to unfused attention without >= 2.4.1 (default: run reads the job's "
+                           "package metadata; elsewhere >= 2.4.1)")
     over.add_argument("--resume", choices=("auto", "yes", "no"),
                       help="whether the run resumes from a checkpoint: auto (its --load directory holds one), "
                            "yes or no (default auto)")
@@ -340,9 +341,17 @@ def cmd_run(ns, environ) -> int:
             options = {"budget": budget, "budget_source": source,
                        "overheads": overheads_from_settings(settings, gpu=gpu) if gpu is not None
                        else options["overheads"]}
+    # The job's stack (PyTorch, Transformer Engine, flash-attn) from its package metadata; the
+    # flash-attn setting, when given, wins.
+    from dataclasses import replace
+
+    from megatron_estimator.api import job_stack
+
+    overheads, stack = job_stack({**environ, **inp.environment}, options["overheads"], settings)
+    options = {**options, "overheads": overheads}
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, suggest=True, **options)
-    verdict = _with_settings_problems(verdict, settings_problems)
+    verdict = replace(_with_settings_problems(verdict, settings_problems), stack=stack)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
     _emit(_render([verdict], settings.format), sys.stderr)

@@ -118,6 +118,7 @@ def _text_block(verdict: Verdict) -> str:
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
     lines.append(_megatron_line())
+    lines += [f"  job stack: {package}" for package in verdict.stack]
     if verdict.family is not None:
         lines.append(_family_line(verdict.family))
     if e.model is not None:
@@ -207,6 +208,8 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "assumptions": [a.to_json() for a in e.assumptions] if e else [],
         "model": verdict.family.to_json() if verdict.family is not None else None,
     }
+    if verdict.stack:                # run: the job's packages, from their metadata
+        doc["stack"] = [package.to_json() for package in verdict.stack]
     found = verdict.suggestions
     if found is not None:            # a refusal the caller asked suggestions for
         doc["suggestions"] = [s.to_json() for s in found.suggestions]

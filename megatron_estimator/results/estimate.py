@@ -69,6 +69,8 @@ class Verdict:
     suggestions: Any = field(default=None, compare=False)
     # inputs.entry_script.ModelFamily: the model family the entry script and flags say (None: not read)
     family: Any = None
+    # inputs.job_stack.StackPackage records: the job's packages as ``run`` found them (empty: not looked at)
+    stack: tuple = ()
 
     @property
     def status(self) -> str:
