@@ -377,7 +377,10 @@ def _launch(command) -> int:
 
 
 def cmd_check(ns, environ) -> int:
-    from megatron_estimator.api import Verdict, evaluate, input_from_file, not_a_training_input, world_size_for
+    from dataclasses import replace
+
+    from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
+                                        launched_tree_release, not_a_training_input, world_size_for)
 
     settings, settings_problems = _options(ns, environ)
     fmt = settings.format
@@ -389,15 +392,33 @@ def cmd_check(ns, environ) -> int:
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
-        inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
-                                             world_size_given=ns.world_size is not None,
-                                             accept_flags=settings.accept_flags)
-        if getattr(ns, "megatron_flags", None):
-            inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
-        world, world_source, _ = world_size_for(inp, ns.world_size)
-        verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
-                                 environ=environ, problems=file_problems, suggest=True,
-                                 **_estimate_options(settings)))
+        def read():
+            inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
+                                                 world_size_given=ns.world_size is not None,
+                                                 accept_flags=settings.accept_flags)
+            if getattr(ns, "megatron_flags", None):
+                inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
+            return inp, file_problems
+
+        def check(inp, file_problems):
+            world, world_source, _ = world_size_for(inp, ns.world_size)
+            return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+                            problems=file_problems, suggest=True, **_estimate_options(settings))
+
+        inp, file_problems = read()
+        tree = None if _release_given(settings) else launched_tree_release(inp)
+        if tree is None:
+            verdicts.append(check(inp, file_problems))
+            continue
+        # The Megatron-LM tree the script launches says its release: this file is read and
+        # checked against it (its flags too), and its report names it.
+        again = tree.version != chosen_megatron_release().version
+        with checking_against(tree):
+            if again:
+                inp, file_problems = read()
+            verdicts.append(replace(check(inp, file_problems), megatron=tree))
+        if tree.warning:
+            sys.stderr.write(f"megatron-estimator: warning: {path}: {tree.warning}\n")
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
         _emit(_render(verdicts, fmt), sys.stdout)
     unchecked = [v.source for v in verdicts if v.estimate is not None and v.estimate.budget_bytes is None]
@@ -527,6 +548,12 @@ def cmd_compare(ns, environ) -> int:
                          suggest_settings=ns.suggest_settings, **options)
     _emit(RENDERERS[settings.format](result), sys.stdout)
     return result.exit_code
+
+
+def _release_given(settings) -> bool:
+    """--megatron-version on the command line: it wins over everything detected."""
+    entry = settings.entry("megatron-version")
+    return entry.given and entry.source.startswith("command line")
 
 
 def _choose_release(ns, settings) -> None:
