@@ -161,3 +161,38 @@ def test_moe_with_sequence_parallel_is_accepted_in_every_release():
         verdict = verdict_at(label, ["--num-experts", "4", "--tensor-model-parallel-size", "2",
                                      "--expert-model-parallel-size", "2", "--sequence-parallel"])
         assert "moe-tp-needs-sequence-parallel" not in [c for c, _ in codes(verdict)], label
+
+
+# -- multi-latent attention with group query attention (dd546099fa, #1929) --------------------------
+
+MLA = ["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--qk-head-dim", "32",
+       "--qk-pos-emb-head-dim", "16", "--v-head-dim", "32", "--position-embedding-type", "rope"]
+
+
+@pytest.mark.parametrize("release, refused", [("0.14.0", False), ("0.15.3", False), ("0.16.1", True),
+                                              ("0.19.0", True), ("main", True),
+                                              (main_as_of("2025-12-09"), False), (main_as_of("2025-12-10"), True)])
+def test_mla_with_group_query_attention_per_release(release, refused):
+    verdict = verdict_at(release, MLA + ["--group-query-attention", "--num-query-groups", "2"])
+    assert (("mla-with-gqa", "--group-query-attention") in codes(verdict)) == refused
+
+
+# -- Megatron-FSDP's optimizer check and distributed optimizer (ab43d43f0b, #4133) ---------------------
+
+FSDP = ["--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor"]
+
+
+@pytest.mark.parametrize("release, refused", [("0.16.1", False), ("0.17.1", False), ("0.18.0", True),
+                                              ("main", True)])
+def test_megatron_fsdp_optimizer_check_per_release(release, refused):
+    verdict = verdict_at(release, FSDP + ["--optimizer", "muon"], {"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    assert (("fsdp-optimizer", "--optimizer") in codes(verdict)) == refused
+
+
+@pytest.mark.parametrize("release, forced", [("0.17.1", False), ("0.18.0", True), ("main", True)])
+def test_megatron_fsdp_turns_on_the_distributed_optimizer_from_0_18(release, forced):
+    from conftest import resolve
+    with using_release(release):
+        config = resolve(" ".join(GPT + FSDP), 8)
+    assert config.optimizer.use_distributed_optimizer == forced
+    assert ("Megatron-FSDP v1 turns on the distributed optimizer" in config.notes) == forced

@@ -399,7 +399,8 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
                       "Megatron disables Transformer Engine's cross entropy fusion; use "
                       "--cross-entropy-fusion-impl native or drop --cross-entropy-loss-fusion")
     if ns.get("use_megatron_fsdp"):
-        if ns.get("optimizer") not in ("sgd", "adam"):
+        # arguments.py validate_args from ab43d43f0b (0.18.0; megatron_behaviour.tsv)
+        if ns.get("optimizer") not in ("sgd", "adam") and _release_rule("fsdp_optimizer_checked") == "1":
             yield Problem("fsdp-optimizer", raw.location("optimizer"),
                           f"Megatron-FSDP supports --optimizer adam or sgd, not {ns.get('optimizer')}")
         if ns.get("ckpt_format") != "fsdp_dtensor":
@@ -446,7 +447,9 @@ def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContex
     if ns.get("tp_comm_overlap") and not ns.get("sequence_parallel"):
         yield Problem("tp-comm-overlap-needs-sp", raw.location("tp_comm_overlap"),
                       "--tp-comm-overlap needs --sequence-parallel (and tensor parallel size > 1)")
-    if ns.get("multi_latent_attention") and ns.get("group_query_attention"):
+    if ns.get("multi_latent_attention") and ns.get("group_query_attention") \
+            and _release_rule("mla_gqa_rejected") == "1":
+        # arguments.py validate_args from dd546099fa (0.16.1; megatron_behaviour.tsv)
         yield Problem("mla-with-gqa", raw.location("group_query_attention"),
                       "--group-query-attention cannot be combined with --multi-latent-attention")
     if ns.get("mtp_num_layers") and ns.get("position_embedding_type") not in ("rope", "none", "yarn"):
