@@ -273,7 +273,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                                 environ=env,
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
                                 flash_attn=overheads.flash_attn, resume=overheads.resume,
-                                launch_location=inp.launch_location,
+                                transformer_engine=overheads.transformer_engine, launch_location=inp.launch_location,
                                 job_environment=inp.job_environment, family=family)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:
@@ -442,8 +442,10 @@ def job_stack(environ: Mapping[str, str], overheads: Any, settings: Any = None, 
 
     entry = settings.entry("flash-attn") if settings is not None else None
     given = (settings.flash_attn, entry.source) if entry is not None and entry.given else (None,)
-    flash_attn, records = stack_facts(detect_job_stack(job_path(environ) if path is None else list(path)), *given)
-    return replace(overheads, flash_attn=flash_attn), records
+    found = detect_job_stack(job_path(environ) if path is None else list(path))
+    flash_attn, records = stack_facts(found, *given)
+    te = found.get("transformer-engine")
+    return replace(overheads, flash_attn=flash_attn, transformer_engine=te[0] if te else None), records
 
 
 def overheads_from_settings(settings: Any, gpu: Any = None):

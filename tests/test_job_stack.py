@@ -70,7 +70,7 @@ def test_everything_found(tmp_path):
         ("transformer-engine", "2.8.0", f"installed: {site / 'transformer_engine-2.8.0.dist-info'}"),
         ("flash-attn", "2.7.4", f"installed: {site / 'flash_attn-2.7.4.dist-info'}"),
     ]
-    assert records[0].effect.startswith("context only") and records[1].effect.startswith("context only")
+    assert records[0].effect.startswith("context only") and "for memory context only" in records[1].effect
 
 
 def test_site_packages_without_flash_attn_mean_none(tmp_path):
@@ -156,3 +156,18 @@ def test_run_text_report_names_the_stack(tmp_path):
             "the estimate does not depend on the PyTorch version\n") in result.stderr
     assert "  job stack: flash-attn 2.7.4 (command line --flash-attn): " in result.stderr
     assert "  job stack: transformer-engine unknown (not installed (no metadata on the job's path)): " in result.stderr
+
+
+def test_run_checks_the_installed_transformer_engine_version(tmp_path):
+    # megatron/training/arguments.py validate_args: --qk-clip asserts is_te_min_version("2.9.0")
+    site = tmp_path / "site"
+    fake_dist(site, "torch", "2.5.1")
+    fake_dist(site, "transformer_engine", "2.8.0")
+    env = {"PYTHONPATH": f"{run.__globals__['REPO']}:{site}"}
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text("raise SystemExit(0)\n")
+    result = run(["run", "--budget", "80GiB", "--megatron-version", "main", "--", sys.executable, str(script),
+                  *flags(TINY_GPT), "--qk-clip"], env=env)
+    assert result.returncode == 2
+    assert ("error: --qk-clip: --qk-clip needs Transformer Engine >= 2.9.0 (Megatron main); the job's "
+            "Transformer Engine is 2.8.0 [transformer-engine-version]") in result.stderr

@@ -196,3 +196,46 @@ def test_megatron_fsdp_turns_on_the_distributed_optimizer_from_0_18(release, for
         config = resolve(" ".join(GPT + FSDP), 8)
     assert config.optimizer.use_distributed_optimizer == forced
     assert ("Megatron-FSDP v1 turns on the distributed optimizer" in config.notes) == forced
+
+
+# -- what validate_args asks of the installed Transformer Engine (is_te_min_version) -----------------
+
+def verdict_with_te(release, argv, te, environ=None):
+    from megatron_estimator.api import evaluate, input_from_flags
+    from megatron_estimator.model.overhead import Overheads
+    with using_release(release):
+        inp, problems = input_from_flags(GPT + argv, environ=environ or {})
+        return evaluate(inp, world_size=8, environ=environ or {}, problems=problems,
+                        overheads=Overheads(transformer_engine=te))
+
+
+@pytest.mark.parametrize("release, argv, te, refused", [
+    ("main", ["--fp4-format", "e2m1"], "2.6.0", True), ("main", ["--fp4-format", "e2m1"], "2.7.0.dev0+abc", False),
+    ("main", ["--fp4-format", "e2m1"], "2.7.0", False), ("main", ["--fp4-format", "e2m1"], None, False),
+    ("main", ["--qk-clip"], "2.8.0", True), ("main", ["--qk-clip"], "2.9.0", False),
+    ("0.16.1", ["--log-max-attention-logit"], "2.9.0rc1", True), ("0.16.1", ["--log-max-attention-logit"], "2.9.1", False),
+    # --delay-wgrad-compute with --overlap-grad-reduce: TE 2.7.0 in 0.14.0, 2.8.0 from d44b5134fe (0.15.3)
+    ("0.14.0", ["--delay-wgrad-compute", "--overlap-grad-reduce", "--use-distributed-optimizer"], "2.7.0", False),
+    ("0.15.3", ["--delay-wgrad-compute", "--overlap-grad-reduce", "--use-distributed-optimizer"], "2.7.0", True),
+    ("main", ["--delay-wgrad-compute", "--overlap-grad-reduce", "--use-distributed-optimizer"], "2.8.0", False),
+    ("main", ["--delay-wgrad-compute", "--no-gradient-accumulation-fusion"], "2.6.3", True),
+])
+def test_transformer_engine_minimum_versions(release, argv, te, refused):
+    verdict = verdict_with_te(release, argv, te)
+    found = [p for p in verdict.problems if p.code == "transformer-engine-version"]
+    assert bool(found) == refused, [str(p) for p in verdict.problems]
+    if refused:
+        assert f"the job's Transformer Engine is {te}" in found[0].message
+
+
+def test_fine_grained_offloading_needs_the_cpu_offload_variable_from_te_2_10():
+    argv = ["--fine-grained-activation-offloading", "--offload-modules", "core_attn"]
+    from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    raw, _ = parse_megatron_argv(GPT + argv)
+    with pytest.raises(Exception) as err:
+        resolve_config(raw, world_size=8, environ={}, job_environment=True, transformer_engine="2.10.0")
+    assert [p.code for p in err.value.problems] == ["transformer-engine-environment"]
+    resolve_config(raw, world_size=8, environ={"NVTE_CPU_OFFLOAD_V1": "1"}, job_environment=True,
+                   transformer_engine="2.10.0")
+    resolve_config(raw, world_size=8, environ={}, job_environment=True, transformer_engine="2.9.0")

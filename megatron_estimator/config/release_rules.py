@@ -76,4 +76,54 @@ def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
                           "refuses it): unset it or set it to 1")
 
 
-RELEASE_RULES = [deterministic_mode]
+def te_version_key(text: str) -> tuple | None:
+    """``2.8.0.dev0+40c69e7`` -> ``((2, 8, 0), 0)``: the release numbers and 0 for a dev, 1 for
+    an rc / alpha / beta, 2 for a final release, the order ``packaging.version`` gives them (what
+    megatron/core/utils.py ``is_te_min_version`` compares); None when it is not a version."""
+    import re
+
+    found = re.match(r"v?(\d+(?:\.\d+)*)(?:\.?(dev|rc|a|b|post)\d*)?", text.strip())
+    if not found:
+        return None
+    numbers = tuple(int(x) for x in found.group(1).split("."))
+    numbers = numbers + (0,) * (3 - len(numbers))
+    stage = {"dev": 0, "rc": 1, "a": 1, "b": 1}.get(found.group(2) or "", 2)
+    return numbers, stage
+
+
+def te_version(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    """What megatron/training/arguments.py validate_args asks of the installed Transformer Engine
+    (``is_te_min_version``), when the job's version is known (``run.transformer_engine``: ``run``
+    reads it from the job's package metadata).  The flags involved exist only in some releases;
+    the flag table refuses them elsewhere."""
+    have = te_version_key(run.transformer_engine) if run.transformer_engine else None
+    if have is None:
+        return
+    installed = f"the job's Transformer Engine is {run.transformer_engine}"
+    needs = []
+    if ns.get("fp4"):
+        needs.append(("fp4", "2.7.0.dev0", "--fp4-format (NVFP4BlockScaling)"))
+    for dest in ("qk_clip", "log_max_attention_logit"):
+        if ns.get(dest):
+            needs.append((dest, "2.9.0", "--" + dest.replace("_", "-")))
+    if ns.get("delay_wgrad_compute"):
+        if ns.get("overlap_grad_reduce"):
+            needs.append(("delay_wgrad_compute", _behaviour("delay_wgrad_overlap_te_min"),
+                          "--delay-wgrad-compute with --overlap-grad-reduce"))
+        if not ns.get("gradient_accumulation_fusion", True):
+            needs.append(("delay_wgrad_compute", "2.7.0", "--delay-wgrad-compute with --no-gradient-accumulation-fusion"))
+    for dest, minimum, what in needs:
+        if have < te_version_key(minimum):
+            yield Problem("transformer-engine-version", raw.location(dest),
+                          f"{what} needs Transformer Engine >= {minimum} ({_release_said()}); {installed}")
+    if ns.get("fine_grained_activation_offloading") and have >= te_version_key("2.10.0") \
+            and env.get("NVTE_CPU_OFFLOAD_V1", "0") != "1":
+        where = f"{run.launch_location} NVTE_CPU_OFFLOAD_V1" if run.launch_location else "NVTE_CPU_OFFLOAD_V1"
+        yield Problem(TE_ENVIRONMENT, where,
+                      f"--fine-grained-activation-offloading with Transformer Engine >= 2.10.0 needs "
+                      f"NVTE_CPU_OFFLOAD_V1=1 ({_release_said()}); {installed}")
+
+
+TE_ENVIRONMENT = "transformer-engine-environment"
+
+RELEASE_RULES = [deterministic_mode, te_version]

@@ -19,7 +19,9 @@ changes for memory:
 - Transformer Engine: ``--transformer-impl transformer_engine`` (the default) builds its layers
   from Transformer Engine (megatron/core/models/gpt/gpt_layer_specs.py, ``HAVE_TE``), and
   ``--attention-backend auto`` lets it pick flash or fused attention; the estimate models that
-  stack whatever its version, so a found version is context only; not found is said.
+  stack whatever its version, so for memory a found version is context only; it becomes
+  ``Overheads.transformer_engine`` for the rules on its version (config/release_rules.py
+  ``te_version``: validate_args' ``is_te_min_version`` checks); not found is said.
 - PyTorch: context only (the estimate's allocator model does not depend on its version).
 """
 
@@ -80,8 +82,10 @@ def stack_facts(found: dict[str, tuple[str, str] | None], flash_setting: str | N
                                     "Transformer Engine and flash-attn >= 2.4.1 as without detection"))
     if te is not None:
         records.append(StackPackage("transformer-engine", te[0], f"installed: {te[1]}",
-                                    "context only: --transformer-impl transformer_engine and --attention-backend "
-                                    "auto (flash or fused attention) are modelled whatever its version"))
+                                    "its version is checked where Megatron's validate_args asks for a minimum; "
+                                    "for memory context only: --transformer-impl transformer_engine and "
+                                    "--attention-backend auto (flash or fused attention) are modelled whatever "
+                                    "its version"))
     elif seen:
         records.append(StackPackage("transformer-engine", None, "not installed (no metadata on the job's path)",
                                     "--transformer-impl transformer_engine needs it (megatron/core/models/gpt/"
