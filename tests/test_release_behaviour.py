@@ -239,3 +239,25 @@ def test_fine_grained_offloading_needs_the_cpu_offload_variable_from_te_2_10():
     resolve_config(raw, world_size=8, environ={"NVTE_CPU_OFFLOAD_V1": "1"}, job_environment=True,
                    transformer_engine="2.10.0")
     resolve_config(raw, world_size=8, environ={}, job_environment=True, transformer_engine="2.9.0")
+
+
+# -- Megatron-FSDP's default sharding per release, in bytes -----------------------------------------
+
+# GPT above: 2 layers of hidden 256, ffn 1024 (qkv 3h^2+3h, proj h^2+h, fc1 hf+f, fc2 fh+h, 4h norms),
+# vocabulary 1024 rows (1000, or 1001 before 0.18, padded to 128), 512 learned positions, final norm.
+GPT_PARAMETERS = 2 * (3 * 256 * 256 + 3 * 256 + 256 * 256 + 256 + 256 * 1024 + 1024 + 1024 * 256 + 256
+                      + 4 * 256) + 1024 * 256 + 512 * 256 + 2 * 256
+
+
+@pytest.mark.parametrize("release, gradient_bytes", [
+    ("0.14.0", GPT_PARAMETERS * 4), ("0.17.1", GPT_PARAMETERS * 4),            # no_shard: fp32 main grads whole
+    ("0.18.0", GPT_PARAMETERS * 4 // 8), ("main", GPT_PARAMETERS * 4 // 8),    # optim_grads_params: 1/dp of them
+])
+def test_megatron_fsdp_default_sharding_in_bytes(release, gradient_bytes):
+    verdict = verdict_at(release, FSDP, {"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
+    assert verdict.estimate.total_parameters == GPT_PARAMETERS == 1_973_248
+    [stage] = verdict.estimate.stages
+    figures = stage.to_json()["bytes"]
+    assert figures["gradients"] == gradient_bytes
+    # fp32 master weights and Adam's two moments (12 B a parameter), sharded over dp 8 either way
+    assert figures["optimizer_states"] == GPT_PARAMETERS * 12 // 8
