@@ -261,3 +261,21 @@ def test_megatron_fsdp_default_sharding_in_bytes(release, gradient_bytes):
     assert figures["gradients"] == gradient_bytes
     # fp32 master weights and Adam's two moments (12 B a parameter), sharded over dp 8 either way
     assert figures["optimizer_states"] == GPT_PARAMETERS * 12 // 8
+
+
+# -- --rampup-batch-size with --train-iters (29e798a48d, 532ad926b4) -----------------------------------
+
+@pytest.mark.parametrize("release, extra, refused", [
+    ("0.14.0", [], True), ("0.16.1", [], True), ("0.16.1", ["--skip-train"], True),
+    ("0.17.0", [], True), ("0.17.1", ["--skip-train"], False),
+    ("0.18.0", [], False), ("main", [], False),
+    (main_as_of("2026-04-20"), [], True), (main_as_of("2026-04-21"), [], False),
+])
+def test_rampup_with_train_iters_per_release(release, extra, refused):
+    verdict = verdict_at(release, ["--train-iters", "100", "--rampup-batch-size", "4", "4", "64", *extra])
+    assert (("rampup-with-train-iters", "--rampup-batch-size") in codes(verdict)) == refused
+
+
+def test_rampup_with_train_samples_is_accepted():
+    verdict = verdict_at("0.14.0", ["--train-samples", "800", "--rampup-batch-size", "4", "4", "64"])
+    assert "rampup-with-train-iters" not in [c for c, _ in codes(verdict)]

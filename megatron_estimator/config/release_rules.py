@@ -126,4 +126,18 @@ def te_version(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCont
 
 TE_ENVIRONMENT = "transformer-engine-environment"
 
-RELEASE_RULES = [deterministic_mode, te_version]
+
+def rampup_with_train_iters(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    """megatron/training/arguments.py validate_args through 0.17: iteration-based training
+    (--train-iters) asserts no --rampup-batch-size (from 29e798a48d, 0.17, not under
+    --skip-train); 532ad926b4 (0.18) replaced the rampup scheduler and dropped the check."""
+    when = _behaviour("rampup_with_train_iters_rejected")
+    if not ns.get("rampup_batch_size") or not ns.get("train_iters") or when == "never" \
+            or when == "unless_skip_train" and ns.get("skip_train"):
+        return
+    yield Problem("rampup-with-train-iters", raw.location("rampup_batch_size"),
+                  f"--rampup-batch-size cannot be used with iteration-based training (--train-iters) in "
+                  f"{_release_said()}; give --train-samples instead")
+
+
+RELEASE_RULES = [deterministic_mode, te_version, rampup_with_train_iters]
