@@ -48,18 +48,31 @@ def _version_in(folder: str, kind: str) -> str | None:
 def find_distribution(names: Iterable[str], path: Sequence[str] | None = None) -> tuple[str, str] | None:
     """``(version, metadata folder)`` of the first distribution on ``path`` (default
     ``sys.path``) named one of ``names``; None when there is none."""
-    wanted = {normalized(n) for n in names}
+    return find_distributions({"one": tuple(names)}, path)["one"]
+
+
+def find_distributions(wanted: Mapping[str, Iterable[str]],
+                       path: Sequence[str] | None = None) -> dict[str, tuple[str, str] | None]:
+    """``find_distribution`` for several packages at once (``{key: names}``), listing each
+    folder of ``path`` once."""
+    keys = {normalized(n): key for key, names in wanted.items() for n in names}
+    found: dict[str, tuple[str, str] | None] = {key: None for key in wanted}
     for entry in (sys.path if path is None else path):
+        if all(found.values()):
+            break
         try:
-            found = sorted(os.listdir(entry or "."))
+            names = sorted(os.listdir(entry or "."))
         except OSError:
             continue
-        for name in found:
+        for name in names:
+            if not name.endswith(("-info", "-INFO")):
+                continue
             match = _META.match(name)
-            if not match or normalized(match.group("name")) not in wanted:
+            key = keys.get(normalized(match.group("name"))) if match else None
+            if key is None or found[key] is not None:
                 continue
             folder = os.path.join(entry or ".", name)
             version = _version_in(folder, match.group("kind"))
             if version:
-                return version, folder
-    return None
+                found[key] = (version, folder)
+    return found

@@ -57,9 +57,9 @@ class StackPackage:
 
 def detect_job_stack(path: Sequence[str]) -> dict[str, tuple[str, str] | None]:
     """``{name: (version, metadata folder) or None}`` for each of ``PACKAGES`` on ``path``."""
-    from megatron_estimator.core.distributions import find_distribution
+    from megatron_estimator.core.distributions import find_distributions
 
-    return {name: find_distribution(dists, path) for name, dists in PACKAGES.items()}
+    return find_distributions(PACKAGES, path)
 
 
 FLASH_EFFECT = ("Transformer Engine's flash attention; deterministic training before compute capability 9.0 "
