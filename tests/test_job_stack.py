@@ -155,7 +155,7 @@ def test_run_text_report_names_the_stack(tmp_path):
     assert (f"  job stack: torch 2.5.1 (installed: {site / 'torch-2.5.1.dist-info'}): context only: "
             "the estimate does not depend on the PyTorch version\n") in result.stderr
     assert "  job stack: flash-attn 2.7.4 (command line --flash-attn): " in result.stderr
-    assert "  job stack: transformer-engine unknown (not installed (no metadata on the job's path)): " in result.stderr
+    assert "  job stack: transformer-engine (not installed (no metadata on the job's path)): " in result.stderr
 
 
 def test_run_checks_the_installed_transformer_engine_version(tmp_path):

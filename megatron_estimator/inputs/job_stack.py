@@ -48,8 +48,8 @@ class StackPackage:
     effect: str               # what it changes for the estimate, or "context only: ..."
 
     def __str__(self) -> str:
-        said = self.version if self.version is not None else "unknown"
-        return f"{self.name} {said} ({self.source}): {self.effect}"
+        said = f" {self.version}" if self.version is not None else ""
+        return f"{self.name}{said} ({self.source}): {self.effect}"
 
     def to_json(self) -> dict:
         return {"name": self.name, "version": self.version, "source": self.source, "effect": self.effect}
