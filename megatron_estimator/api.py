@@ -47,6 +47,7 @@ class TrainingInput:
     world_size_unknown: Problem | None = None
     launch_location: str | None = None  # file:line of a script's launch, where its environment applies
     entry: Any = None                   # inputs.entry_script.EntryScript: the launch's entry script, if any
+    entry_dirs: tuple[str, ...] = ()    # where a relative entry script is looked for (a launch's)
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -211,14 +212,16 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     # A launch: its Megatron flags are read as flags are, in the environment the job gets.
     from megatron_estimator.inputs.entry_script import base_directories
 
+    # The directory the script's cd leaves first: a relative entry script is run from there.
+    dirs = tuple(dict.fromkeys(((loaded.entry_cwd,) if loaded.entry_cwd else ()) + base_directories(env, name)))
     inp, flag_problems = input_from_flags(loaded.flags, environ=_environment(env, loaded.environment),
                                           locations=loaded.flag_locations, source=name,
                                           entry_script=loaded.entry_script,
                                           entry_location=loaded.entry_location or loaded.launch_location or name,
                                           entry_is_module=loaded.entry_is_module,
-                                          entry_dirs=base_directories(env, name), accept_flags=accept_flags,
+                                          entry_dirs=dirs, accept_flags=accept_flags,
                                           opaque=tuple(loaded.opaque_flags))
-    return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source,
+    return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source, entry_dirs=dirs,
                     notes=loaded.notes + inp.notes,
                     environment=loaded.environment, job_environment=loaded.job_environment,
                     world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
@@ -274,7 +277,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                                 environ=env,
                                 compute_capability=overheads.compute_capability if overheads.gpu_known else None,
                                 flash_attn=overheads.flash_attn, resume=overheads.resume,
-                                launch_location=inp.launch_location,
+                                transformer_engine=overheads.transformer_engine, launch_location=inp.launch_location,
                                 job_environment=inp.job_environment, family=family)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:
@@ -431,6 +434,22 @@ def driver_gpu_budget(environ: Mapping[str, str], proc_root: str | None = None):
     if found.memory_mib is not None:
         return found.memory_mib * 1024 * 1024, None, f"memory.total from {found.source} (not a GPU of the catalog)"
     return None
+
+
+def job_stack(environ: Mapping[str, str], overheads: Any, settings: Any = None, path: Sequence[str] | None = None):
+    """``run``: ``(overheads with the job's flash-attn, StackPackage records)`` from the job's
+    package metadata on ``path`` (default: ``$PYTHONPATH`` of the launch's ``environ``, then
+    ``sys.path``), unless the ``flash-attn`` setting of ``settings`` was given (it wins):
+    ``inputs/job_stack.py``."""
+    from megatron_estimator.core.distributions import job_path
+    from megatron_estimator.inputs.job_stack import detect_job_stack, stack_facts
+
+    entry = settings.entry("flash-attn") if settings is not None else None
+    given = (settings.flash_attn, entry.source) if entry is not None and entry.given else (None,)
+    found = detect_job_stack(job_path(environ) if path is None else list(path))
+    flash_attn, records = stack_facts(found, *given)
+    te = found.get("transformer-engine")
+    return replace(overheads, flash_attn=flash_attn, transformer_engine=te[0] if te else None), records
 
 
 def overheads_from_settings(settings: Any, gpu: Any = None):
@@ -676,73 +695,31 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
                             launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
                             select: bool = True, given_source: str = "--megatron-version",
                             environment_is_jobs: bool = False):
-    """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
-    ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
-    tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry); the
-    setting (``setting``, else ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``); a NeMo container tag
-    (``nvcr.io/nvidia/nemo:YY.MM``) in ``launch`` or in a launch script it names, by
-    ``data/nemo_containers.tsv``; with ``environment_is_jobs`` only (``run``: the checking
-    environment is the job's), the installed megatron-core's metadata; else the newest
-    supported release.  Without ``environment_is_jobs`` the installed megatron-core is not
-    consulted, so the API, tests and calibration stay deterministic.  With ``select`` it
-    becomes the release every later lookup answers for.  Raises ``ValueError``
-    (``UnknownRelease``) naming the supported releases.  ``given_source`` names where
-    ``given`` came from (the pytest fixture's argument or option)."""
-    from megatron_estimator.megatron.releases import (
-        ENV_VAR, chosen_release, default_release, installed_megatron_core, nemo_container_release, read_package_info,
-        release_of, select_release)
+    """The Megatron release a run is checked against (a ``ChosenRelease``): ``given``
+    (``--megatron-version``, named ``given_source``), the launched tree's or a ``PYTHONPATH``
+    entry's ``megatron/core/package_info.py``, ``setting`` (else the environment variable), a NeMo
+    container tag in ``launch``, with ``environment_is_jobs`` (``run``) the installed
+    megatron-core's metadata, else ``main``; selected with ``select``.  ``ValueError`` names the
+    supported releases.  ``inputs/release_choice.py``."""
+    from megatron_estimator.inputs.release_choice import choose_megatron_release as choose
 
-    environ = os.environ if environ is None else environ
-    chosen, notes = None, []
-    if given:
-        chosen = release_of(given, given_source)
-    if chosen is None:
-        for path in _package_info_candidates(launch or (), environ):
-            version = read_package_info(path)
-            if version:
-                chosen = release_of(version, path)
-                break
-    if chosen is None and setting is not None:          # (value, source) of the settings
-        chosen = release_of(*setting)
-    elif chosen is None and environ.get(ENV_VAR):
-        chosen = release_of(environ[ENV_VAR], ENV_VAR)
-    if chosen is None and launch:
-        chosen, note = nemo_container_release(_nemo_tags_of(launch))
-        notes += [note] if note else []
-    if chosen is None and environment_is_jobs:
-        version = installed_megatron_core()
-        try:
-            chosen = release_of(version, f"the checking environment's megatron-core {version} "
-                                         "(its installed metadata)") if version else None
-        except ValueError as error:     # detection, not a request: fall through, saying why
-            notes.append(f"the checking environment's megatron-core is not used: {error}")
-    if chosen is not None and notes:
-        chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
-    elif chosen is None and notes:
-        chosen = replace(default_release(), warning="; ".join(notes))
-    if select:
-        select_release(chosen)
-    return chosen if chosen is not None else chosen_release()
+    return choose(given, environ, launch=launch, setting=setting, select=select, given_source=given_source,
+                  environment_is_jobs=environment_is_jobs)
 
 
-def _nemo_tags_of(launch: Sequence[str]) -> list:
-    """The NeMo container images a launch command names, and those in the files it names."""
-    from megatron_estimator.megatron.releases import nemo_tags
+def chosen_megatron_release():
+    """The ``ChosenRelease`` every lookup answers for now."""
+    from megatron_estimator.megatron.releases import chosen_release
 
-    tokens = [t for t in launch if isinstance(t, str)]
-    found = nemo_tags("\n".join(tokens), "the launch command") if tokens else []
-    found = [(image, "the launch command") for image, _where in found]
-    for token in tokens:
-        if token.endswith(".py") or not os.path.isfile(token):
-            continue
-        try:
-            if os.path.getsize(token) > (1 << 20):
-                continue
-            with open(token, encoding="utf-8") as handle:
-                found += nemo_tags(handle.read(), token)
-        except (OSError, UnicodeDecodeError):
-            continue
-    return found
+    return chosen_release()
+
+
+def launched_tree_release(inp: TrainingInput):
+    """The release of the Megatron-LM tree of the entry script a launch script runs (a
+    ``ChosenRelease``), or None: ``inputs/release_choice.py``."""
+    from megatron_estimator.inputs.release_choice import launched_tree_release as tree_release
+
+    return tree_release(inp)
 
 
 def checking_against(chosen):
@@ -752,29 +729,6 @@ def checking_against(chosen):
     from megatron_estimator.megatron.releases import using_release
 
     return using_release(chosen)
-
-
-def _package_info_candidates(launch: Sequence[str], environ: Mapping[str, str]):
-    from megatron_estimator.megatron.releases import package_info_in_tree
-
-    seen = set()
-    for token in launch:
-        if not isinstance(token, str) or not token.endswith(".py"):
-            continue
-        directory = os.path.dirname(os.path.abspath(token))
-        for _ in range(3):                       # the script's folder and two above (examples/x/)
-            if directory not in seen:
-                seen.add(directory)
-                found = package_info_in_tree(directory)
-                if found:
-                    yield found
-            directory = os.path.dirname(directory)
-    for entry in environ.get("PYTHONPATH", "").split(os.pathsep):
-        if entry and entry not in seen:
-            seen.add(entry)
-            found = package_info_in_tree(entry)
-            if found:
-                yield found
 
 
 def megatron_release_label(text: str) -> tuple[str, str]:

@@ -118,7 +118,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                       help="MoE: extra share of tokens a hot expert rank receives (default 0)")
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "
-                           "falls back to unfused attention without >= 2.4.1 (default: >= 2.4.1)")
+                           "falls back to unfused attention without >= 2.4.1 (default: run reads the job's "
+                           "package metadata; elsewhere >= 2.4.1)")
     over.add_argument("--resume", choices=("auto", "yes", "no"),
                       help="whether the run resumes from a checkpoint: auto (its --load directory holds one), "
                            "yes or no (default auto)")
@@ -340,9 +341,17 @@ def cmd_run(ns, environ) -> int:
             options = {"budget": budget, "budget_source": source,
                        "overheads": overheads_from_settings(settings, gpu=gpu) if gpu is not None
                        else options["overheads"]}
+    # The job's stack (PyTorch, Transformer Engine, flash-attn) from its package metadata; the
+    # flash-attn setting, when given, wins.
+    from dataclasses import replace
+
+    from megatron_estimator.api import job_stack
+
+    overheads, stack = job_stack({**environ, **inp.environment}, options["overheads"], settings)
+    options = {**options, "overheads": overheads}
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, suggest=True, **options)
-    verdict = _with_settings_problems(verdict, settings_problems)
+    verdict = replace(_with_settings_problems(verdict, settings_problems), stack=stack)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
     _emit(_render([verdict], settings.format), sys.stderr)
@@ -368,7 +377,10 @@ def _launch(command) -> int:
 
 
 def cmd_check(ns, environ) -> int:
-    from megatron_estimator.api import Verdict, evaluate, input_from_file, not_a_training_input, world_size_for
+    from dataclasses import replace
+
+    from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
+                                        launched_tree_release, not_a_training_input, world_size_for)
 
     settings, settings_problems = _options(ns, environ)
     fmt = settings.format
@@ -380,15 +392,33 @@ def cmd_check(ns, environ) -> int:
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
-        inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
-                                             world_size_given=ns.world_size is not None,
-                                             accept_flags=settings.accept_flags)
-        if getattr(ns, "megatron_flags", None):
-            inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
-        world, world_source, _ = world_size_for(inp, ns.world_size)
-        verdicts.append(evaluate(inp, world_size=world, world_size_source=world_source,
-                                 environ=environ, problems=file_problems, suggest=True,
-                                 **_estimate_options(settings)))
+        def read():
+            inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
+                                                 world_size_given=ns.world_size is not None,
+                                                 accept_flags=settings.accept_flags)
+            if getattr(ns, "megatron_flags", None):
+                inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
+            return inp, file_problems
+
+        def check(inp, file_problems):
+            world, world_source, _ = world_size_for(inp, ns.world_size)
+            return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+                            problems=file_problems, suggest=True, **_estimate_options(settings))
+
+        inp, file_problems = read()
+        tree = None if _release_given(settings) else launched_tree_release(inp)
+        if tree is None:
+            verdicts.append(check(inp, file_problems))
+            continue
+        # The Megatron-LM tree the script launches says its release: this file is read and
+        # checked against it (its flags too), and its report names it.
+        again = tree.version != chosen_megatron_release().version
+        with checking_against(tree):
+            if again:
+                inp, file_problems = read()
+            verdicts.append(replace(check(inp, file_problems), megatron=tree))
+        if tree.warning:
+            sys.stderr.write(f"megatron-estimator: warning: {path}: {tree.warning}\n")
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
         _emit(_render(verdicts, fmt), sys.stdout)
     unchecked = [v.source for v in verdicts if v.estimate is not None and v.estimate.budget_bytes is None]
@@ -518,6 +548,12 @@ def cmd_compare(ns, environ) -> int:
                          suggest_settings=ns.suggest_settings, **options)
     _emit(RENDERERS[settings.format](result), sys.stdout)
     return result.exit_code
+
+
+def _release_given(settings) -> bool:
+    """--megatron-version on the command line: it wins over everything detected."""
+    entry = settings.entry("megatron-version")
+    return entry.given and entry.source.startswith("command line")
 
 
 def _choose_release(ns, settings) -> None:

@@ -249,8 +249,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "flash-attn", "version", None, _flash_attn,
         "the flash-attn package in the job's software stack: a version (2.7.4) or none.  It "
         "matters for deterministic training before Hopper, where Transformer Engine runs "
-        "flash-attn >= 2.4.1 or else unfused attention with its s^2 memory (default: a version "
-        ">= 2.4.1 is assumed)",
+        "flash-attn >= 2.4.1 or else unfused attention with its s^2 memory (default: for run, "
+        "the version in the job's package metadata, none when its site-packages hold no flash-attn; "
+        "elsewhere a version >= 2.4.1 is assumed)",
     ),
     SettingSpec(
         "megatron-version", "release", None, _megatron_version,

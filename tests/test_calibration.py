@@ -116,3 +116,15 @@ def test_feature_breakdown(results, feature, p90_bound):
     errors = [r["error"] for r in results if feature in r["features"]]
     assert errors, feature
     assert stats(errors)[1] <= p90_bound
+
+
+def test_each_row_is_checked_against_main_as_of_its_golden_date():
+    # scripts/golden-provenance.tsv: the tp_pp_sp_tp_overlap rows were written on 2026-07-02,
+    # before 3ab71eeb3e (#5041, 2026-07-08) made --deterministic-mode refuse --tp-comm-overlap.
+    calibrate = load_script("calibrate")
+    row = {"test_case": "gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap",
+           "golden_file": "golden_values_dev_dgx_h100.json"}
+    chosen = calibrate.release_for(row)
+    assert (chosen.version, chosen.as_of) == ("main", "2026-07-02")
+    unlisted = calibrate.release_for({"test_case": "x", "golden_file": "y"})
+    assert (unlisted.version, unlisted.as_of) == ("main", "")

@@ -107,7 +107,9 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
             d["accumulate_allreduce_grads_in_fp32"] = False
         elif d.get("main_grads_dtype", "fp32") == "fp32":
             d["accumulate_allreduce_grads_in_fp32"] = True
-    if d.get("use_megatron_fsdp") and d.get("megatron_fsdp_version", 1) != 2:
+    if d.get("use_megatron_fsdp") and d.get("megatron_fsdp_version", 1) != 2 and _fsdp_forces_dist_opt():
+        # arguments.py validate_args from ab43d43f0b (0.18.0); before, the flag stayed as given
+        # (the states are sharded by Megatron-FSDP either way: model/states.py)
         if not d.get("use_distributed_optimizer"):
             notes.append("Megatron-FSDP v1 turns on the distributed optimizer")
         d["use_distributed_optimizer"] = True
@@ -161,3 +163,10 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
         # pretrain_gpt.py passes args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}.
         d["tokenizer_type"] = "GPT2BPETokenizer"
     return d, notes
+
+
+def _fsdp_forces_dist_opt() -> bool:
+    """Whether the chosen release's Megatron-FSDP turns on the distributed optimizer
+    (data/megatron_behaviour.tsv fsdp_optimizer_checked)."""
+    from megatron_estimator.megatron.behaviour import behaviour
+    return behaviour("fsdp_optimizer_checked") == "1"

@@ -24,7 +24,8 @@ from megatron_estimator.config.schema import check_config_schema
 from megatron_estimator.config.vocab import unreadable_tokenizer_file, vocabulary_of
 
 # Rules about the job's environment: errors when the environment is the job's own.
-ENVIRONMENT_RULES = {"cuda-device-max-connections", "fsdp-cuda-device-max-connections"}
+ENVIRONMENT_RULES = {"cuda-device-max-connections", "fsdp-cuda-device-max-connections",
+                     "deterministic-mode-environment", "transformer-engine-environment"}
 
 SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
               "expert_model_parallel_size", "expert_tensor_parallel_size")
@@ -53,7 +54,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                    compute_capability: float | None = None,
                    flash_attn: str | None = None, resume: str = "auto",
                    job_environment: bool = False, launch_location: str | None = None,
-                   family: ModelFamily | None = None) -> EstimatorConfig:
+                   family: ModelFamily | None = None, transformer_engine: str | None = None) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
     GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
@@ -62,6 +63,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     (run_context.py ``resume_of``).
     ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
     config files it is only the checking shell's, so environment rules become notes.
+    ``transformer_engine``: the job's Transformer Engine version, when known (its rules run then).
     These become the configuration's ``run`` (run_context.py ``RunContext``).
     ``family``: the model family the entry script and the flags say (None: a GPT decoder); one
     the estimator does not model is refused with a single ``unsupported-model`` problem
@@ -105,7 +107,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     derived["world_size_source"] = source
     run = RunContext(gpu_compute_capability=compute_capability, flash_attn=flash_attn,
                      resume=resume_of(derived, resume), job_environment=job_environment,
-                     launch_location=launch_location)
+                     launch_location=launch_location, transformer_engine=transformer_engine)
     try:
         rule_problems = check_rules(derived, raw, environ, run)
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):

@@ -402,7 +402,8 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
                       "Megatron disables Transformer Engine's cross entropy fusion; use "
                       "--cross-entropy-fusion-impl native or drop --cross-entropy-loss-fusion")
     if ns.get("use_megatron_fsdp"):
-        if ns.get("optimizer") not in ("sgd", "adam"):
+        # arguments.py validate_args from ab43d43f0b (0.18.0; megatron_behaviour.tsv)
+        if ns.get("optimizer") not in ("sgd", "adam") and _release_rule("fsdp_optimizer_checked") == "1":
             yield Problem("fsdp-optimizer", raw.location("optimizer"),
                           f"Megatron-FSDP supports --optimizer adam or sgd, not {ns.get('optimizer')}")
         if ns.get("ckpt_format") != "fsdp_dtensor":
@@ -449,7 +450,9 @@ def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContex
     if ns.get("tp_comm_overlap") and not ns.get("sequence_parallel"):
         yield Problem("tp-comm-overlap-needs-sp", raw.location("tp_comm_overlap"),
                       "--tp-comm-overlap needs --sequence-parallel (and tensor parallel size > 1)")
-    if ns.get("multi_latent_attention") and ns.get("group_query_attention"):
+    if ns.get("multi_latent_attention") and ns.get("group_query_attention") \
+            and _release_rule("mla_gqa_rejected") == "1":
+        # arguments.py validate_args from dd546099fa (0.16.1; megatron_behaviour.tsv)
         yield Problem("mla-with-gqa", raw.location("group_query_attention"),
                       "--group-query-attention cannot be combined with --multi-latent-attention")
     if ns.get("mtp_num_layers") and ns.get("position_embedding_type") not in ("rope", "none", "yarn"):
@@ -535,11 +538,16 @@ def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
 def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     if not ns.get("num_experts"):
         return
-    # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel.
+    # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel
+    # (every release).  With expert parallel > 1 as well, megatron/core/model_parallel_config.py
+    # raises as soon as the model configuration is built in 0.14 and only warns from 0532e92748
+    # (#3678, 0.15): megatron_behaviour.tsv moe_ep_tp_without_sp.
     if (ns.get("tensor_model_parallel_size") or 1) > 1 and not ns.get("sequence_parallel"):
+        early = (ns.get("expert_model_parallel_size") or 1) > 1 and _release_rule("moe_ep_tp_without_sp") == "error"
+        when = ("when it builds the model configuration, model_parallel_config.py" if early
+                else "at the first training step, moe_layer.py")
         yield Problem("moe-tp-needs-sequence-parallel", raw.location("tensor_model_parallel_size"),
-                      "MoE with tensor parallel size > 1 needs --sequence-parallel (Megatron raises "
-                      "during training otherwise)")
+                      f"MoE with tensor parallel size > 1 needs --sequence-parallel (Megatron raises {when})")
     # transformer_config.py __post_init__
     if ns.get("moe_enable_deepep") and ns.get("moe_token_dispatcher_type") != "flex":
         yield Problem("deepep-needs-flex", raw.location("moe_enable_deepep"),
@@ -636,6 +644,12 @@ def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str]
         yield Problem("step-schedule-with-global-batch", raw.location("global_batch_size"),
                       "--global-batch-size cannot be combined with --step-batch-size-schedule "
                       "(the schedule sets the global batch size)")
+
+
+# The rules whose content depends on the release (config/release_rules.py), after these.
+from megatron_estimator.config.release_rules import RELEASE_RULES  # noqa: E402
+
+RULES.extend(RELEASE_RULES)
 
 
 def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext = RunContext()) -> list[Problem]:

@@ -69,9 +69,12 @@ class RunContext:
     ``resume``: whether the run resumes from a checkpoint (``Resume``).
     ``job_environment``: the environment read is the launched job's own (``run``, launch
     scripts); for config files it is only the checking shell's, so environment rules are notes.
-    ``launch_location``: file:line of a launch script's launch, where its environment applies."""
+    ``launch_location``: file:line of a launch script's launch, where its environment applies.
+    ``transformer_engine``: the job's Transformer Engine version (``run`` reads it from the job's
+    package metadata); None: not known, and the rules on its version do not run."""
     gpu_compute_capability: float | None = None
     flash_attn: str | None = None
     resume: Resume = Resume()
     job_environment: bool = False
     launch_location: str | None = None
+    transformer_engine: str | None = None

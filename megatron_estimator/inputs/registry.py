@@ -49,6 +49,7 @@ class FileInput:
     entry_script: str | None = None            # a launch's entry script (pretrain_gpt.py), as named
     entry_location: str | None = None          # file:line where the launch names it
     entry_is_module: bool = False              # run with -m
+    entry_cwd: str | None = None               # the directory the launch runs in (the script's cd), if known
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
                      world_size_source=script.world_size_source, world_size_unknown=unknown,
                      environment=script.environment_dict, job_environment=True, launch_location=script.location,
                      entry_script=script.command.script, entry_location=_entry_location(script),
-                     entry_is_module=script.command.script_is_module)
+                     entry_is_module=script.command.script_is_module, entry_cwd=script.cwd)
 
 
 def _entry_location(launch) -> str:

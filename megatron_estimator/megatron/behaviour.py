@@ -1,9 +1,13 @@
 """Megatron behaviour that depends on the release: ``data/megatron_behaviour.tsv``.
 
 One row per rule and unbroken run of releases (``first``..``last``, labels of
-``data/megatron_releases.tsv``), with the value the rule takes there and the commit that
-changed it.  ``behaviour(rule)`` answers for the chosen release (``megatron.releases``);
-``behaviour(rule, label)`` for another.  Edit the data file, not this loader.  Rules whose value
+``data/megatron_releases.tsv``), with the value the rule takes there, the commit that
+changed it and, on every row but a rule's oldest, ``date``: the commit date (UTC) from which
+the row's value holds on Megatron-LM's main branch.  ``behaviour(rule)`` answers for the chosen
+release (``megatron.releases``); ``behaviour(rule, label)`` for another.  A chosen ``main`` with
+an ``as_of`` date (``ChosenRelease.as_of``: a main-branch commit of that day, as
+``scripts/calibrate`` checks each measured row) steps back from a row whose ``date`` is later
+than that day to the row before it.  Edit the data file, not this loader.  Rules whose value
 is a flag default (``fsdp_sharding_default``, ``muon_tp_mode_default``) are there for the record:
 the chosen release's flag table already supplies those defaults.
 """
@@ -25,25 +29,41 @@ class BehaviourRow:
     last: str
     value: str
     commit: str
+    date: str       # YYYY-MM-DD from which the value holds on main; "" on a rule's oldest row
     file: str
 
 
 @cache
 def behaviour_rows() -> tuple[BehaviourRow, ...]:
     lines = [line for line in read_data_text(BEHAVIOUR_FILE).splitlines() if line and not line.startswith("#")]
-    return tuple(BehaviourRow(*line.split("\t")[:6]) for line in lines[1:])
+    return tuple(BehaviourRow(*line.split("\t")[:7]) for line in lines[1:])
 
 
-def behaviour_row(rule: str, label: str | None = None) -> BehaviourRow:
-    """The row of ``rule`` that covers release ``label`` (default: the chosen one)."""
-    from megatron_estimator.megatron.releases import chosen_release, order_of
+def _covering(rule: str, at: int) -> BehaviourRow:
+    from megatron_estimator.megatron.releases import order_of
 
-    at = order_of(chosen_release().version if label is None else label)
     for row in behaviour_rows():
         if row.rule == rule and order_of(row.first) <= at <= order_of(row.last):
             return row
     raise KeyError(f"{BEHAVIOUR_FILE}: no row for {rule!r} at release order {at}")
 
 
-def behaviour(rule: str, label: str | None = None) -> str:
-    return behaviour_row(rule, label).value
+def behaviour_row(rule: str, label: str | None = None, as_of: str | None = None) -> BehaviourRow:
+    """The row of ``rule`` that covers release ``label`` (default: the chosen one, with its
+    ``as_of`` date), or, for ``main`` as of a day (``YYYY-MM-DD``), the row in force on the
+    main branch that day."""
+    from megatron_estimator.megatron.releases import NEWEST, chosen_release, order_of
+
+    if label is None:
+        chosen = chosen_release()
+        label, as_of = chosen.version, (chosen.as_of if as_of is None else as_of)
+    row = _covering(rule, order_of(label))
+    if label != NEWEST or not as_of:
+        return row
+    while row.date and row.date > as_of and order_of(row.first) > 0:
+        row = _covering(rule, order_of(row.first) - 1)
+    return row
+
+
+def behaviour(rule: str, label: str | None = None, as_of: str | None = None) -> str:
+    return behaviour_row(rule, label, as_of).value

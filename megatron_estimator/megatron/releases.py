@@ -43,9 +43,12 @@ class ChosenRelease:
     version: str        # a label of megatron_releases.tsv
     source: str         # "--megatron-version", "megatron/core/package_info.py at ...", "default: ..."
     warning: str = ""   # set when the version asked for was mapped to a nearby release
+    as_of: str = ""     # with "main": a main-branch commit of this day (YYYY-MM-DD), for behaviour
 
     def as_json(self) -> dict:
         out = {"version": self.version, "source": self.source}
+        if self.as_of:
+            out["as_of"] = self.as_of
         if self.warning:
             out["warning"] = self.warning
         return out
@@ -175,39 +178,15 @@ def package_info_in_tree(directory: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-_DIST_NAME = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
-
-
 def installed_megatron_core(path: list[str] | None = None) -> str | None:
     """The installed megatron-core's version from its metadata (never imported): the first
-    ``megatron_core-*.dist-info`` (or ``.egg-info``) on ``sys.path``, its ``METADATA`` /
-    ``PKG-INFO`` ``Version:`` header, which is how ``importlib.metadata.version`` finds a path
-    distribution.  Read with ``os`` alone: importing ``importlib.metadata`` (zipfile, email,
-    pathlib) would slow ``run``'s start-up."""
-    import os
-    import sys
+    ``megatron_core-*.dist-info`` (or ``.egg-info``) on ``path`` (default ``sys.path``), its
+    ``METADATA`` / ``PKG-INFO`` ``Version:`` header, which is how ``importlib.metadata.version``
+    finds a path distribution (``core.distributions.find_distribution``, ``os`` alone)."""
+    from megatron_estimator.core.distributions import find_distribution
 
-    for entry in (sys.path if path is None else path):
-        try:
-            names = sorted(os.listdir(entry or "."))
-        except OSError:
-            continue
-        for name in names:
-            found = _DIST_NAME.match(name)
-            if not found:
-                continue
-            meta = os.path.join(entry or ".", name, "METADATA" if found.group(2).lower() == "dist-info"
-                                else "PKG-INFO")
-            try:
-                with open(meta, encoding="utf-8") as handle:
-                    for line in handle:
-                        if line.startswith("Version:"):
-                            return line.split(":", 1)[1].strip()
-                        if not line.strip():
-                            break       # the headers end at the first blank line
-            except OSError:
-                continue
-    return None
+    found = find_distribution(("megatron-core",), path)
+    return found[0] if found else None
 
 
 # -- NGC NeMo containers ----------------------------------------------------------------------

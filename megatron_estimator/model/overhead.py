@@ -31,6 +31,7 @@ class Overheads:
     gpu_known: bool = False                  # the user named the GPU (--gpu): GPU-specific checks run
     flash_attn: str | None = None            # the job's flash-attn: a version, "none", or None (>= 2.4.1)
     resume: str = "auto"                     # the run resumes from a checkpoint: auto (--load has one), yes, no
+    transformer_engine: str | None = None    # the job's Transformer Engine version (run: its metadata), None: unknown
 
 
 # cuBLAS handles (and so workspaces) are per thread: the forward runs on the main thread and

@@ -94,16 +94,16 @@ def _family_line(family) -> str:
     return f"  model family: {family.name} ({family.source})"
 
 
-def _megatron_line() -> str:
+def _megatron_line(verdict: Verdict) -> str:
     """``  megatron: 0.16.1 (--megatron-version)``: the release the input was checked against."""
     from megatron_estimator.megatron.releases import chosen_release
-    chosen = chosen_release()
+    chosen = verdict.megatron or chosen_release()
     return f"  megatron: {chosen.version} ({chosen.source})"
 
 
-def _megatron_json() -> dict:
+def _megatron_json(verdict: Verdict) -> dict:
     from megatron_estimator.megatron.releases import chosen_release
-    return chosen_release().as_json()
+    return (verdict.megatron or chosen_release()).as_json()
 
 
 def _text_block(verdict: Verdict) -> str:
@@ -117,7 +117,8 @@ def _text_block(verdict: Verdict) -> str:
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
-    lines.append(_megatron_line())
+    lines.append(_megatron_line(verdict))
+    lines += [f"  job stack: {package}" for package in verdict.stack]
     if verdict.family is not None:
         lines.append(_family_line(verdict.family))
     if e.model is not None:
@@ -195,7 +196,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
     doc = {
         "source": verdict.source,
         "status": verdict.status,
-        "megatron": _megatron_json(),
+        "megatron": _megatron_json(verdict),
         "budget_bytes": e.budget_bytes if e else None,
         "world_size": e.world_size if e else None,
         "world_size_source": e.world_size_source if e else None,
@@ -207,6 +208,8 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "assumptions": [a.to_json() for a in e.assumptions] if e else [],
         "model": verdict.family.to_json() if verdict.family is not None else None,
     }
+    if verdict.stack:                # run: the job's packages, from their metadata
+        doc["stack"] = [package.to_json() for package in verdict.stack]
     found = verdict.suggestions
     if found is not None:            # a refusal the caller asked suggestions for
         doc["suggestions"] = [s.to_json() for s in found.suggestions]

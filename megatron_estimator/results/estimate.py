@@ -69,6 +69,11 @@ class Verdict:
     suggestions: Any = field(default=None, compare=False)
     # inputs.entry_script.ModelFamily: the model family the entry script and flags say (None: not read)
     family: Any = None
+    # inputs.job_stack.StackPackage records: the job's packages as ``run`` found them (empty: not looked at)
+    stack: tuple = ()
+    # megatron.releases.ChosenRelease this input was checked against when it is not the command's
+    # (check: the Megatron-LM tree its launch script runs); None: the chosen release
+    megatron: Any = None
 
     @property
     def status(self) -> str:

@@ -26,6 +26,7 @@ class ExecutedCommand:
     resolved: bool = True            # False: the program's own name cannot be known statically
     last_line: Origin | None = None  # the last simple command read: this one, or one inside its $(...)
     stdin: tuple | None = None       # a here-document's text (segments, each character located), expanded as bash does
+    cwd: str | None = None           # the working directory it runs in (after the script's cd), None: not known
 
     @property
     def argv(self) -> tuple[str, ...]:

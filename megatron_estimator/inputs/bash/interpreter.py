@@ -510,7 +510,7 @@ class Interpreter(Expansion, Conditions):
         """Tell the visitor of a program the script executes here."""
         self.visitor.command(ExecutedCommand(tuple(fields), node.origin, dict(temp_env), dict(self.state.vars),
                                              tuple(self.conditions), resolved, self.current_line,
-                                             self.here_document(node)))
+                                             self.here_document(node), self.state.cwd))
 
     def here_document(self, node: Simple) -> tuple | None:
         """The text a here-document on the command gives its standard input, as segments: the body

@@ -90,6 +90,7 @@ class ScriptLaunch:
     sbatch: SbatchHeaders = SbatchHeaders()
     launch_tokens: tuple[ScriptToken, ...] = ()  # every token of the command, the launcher's too
     notices: tuple[str, ...] = ()              # unknown values that did not stop the check, each with its file:line
+    cwd: str | None = None                     # the working directory the launch runs in (the script's cd), if known
 
     @property
     def megatron_argv(self) -> tuple[str, ...]:
@@ -124,6 +125,7 @@ class _Candidate:
     exports: dict                  # name -> Var, exported at the launch
     temp_env: dict                 # name -> (segs, origin): VAR=x on the launch line
     sbatch: SbatchHeaders | None = None  # the #SBATCH lines of the here-document sbatch reads it from
+    cwd: str | None = None         # the working directory the launch runs in, as the walk knows it
 
 
 @dataclass
@@ -267,7 +269,7 @@ class _Loader(CommandVisitor):
         exports = {n: v for n, v in executed.variables.items() if v.exported and v.origin is not None}
         self.candidates.append(_Candidate(
             command, tuple(p for p in problems), tuple(command.locations or ()), executed.origin,
-            tuple(executed.conditions), exports, dict(executed.assignments)))
+            tuple(executed.conditions), exports, dict(executed.assignments), cwd=executed.cwd))
 
     def make_splitter(self, executed: ExecutedCommand):
         """Reads a ``sh -c`` string of this command with the same reader, each character where it was written."""
@@ -436,6 +438,7 @@ class _Loader(CommandVisitor):
             sbatch=sbatch,
             launch_tokens=tuple(tokens),
             notices=tuple(self.reader.assumed_guards) + tuple(self.notices),
+            cwd=cand.cwd,
         )
 
 
