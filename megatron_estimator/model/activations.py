@@ -47,7 +47,11 @@ wide and the scan's pre-gate output ``d_inner/t`` (mamba_ssm/ops/triton/ssd_comb
 convolution and the chunk states in backward); the gated RMSNorm's input ``d_inner/t`` and fp32
 rstd per group (mamba_ssm/ops/triton/layernorm_gated.py ``LayerNormFn``); out_proj's input
 (1 byte under fp8).  The kernels are mamba_ssm's, outside megatron-core: what they save is
-taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.
+taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.  Under
+context parallelism (megatron/core/ssm/mamba_context_parallel.py, all-to-all) the scan runs on
+the whole sequence with a 1/cp share of the heads, so its saved tensors keep their size per
+GPU but for the B / C group states repeated when cp exceeds the local groups
+(``mamba_zxbcdt_width``); the parameters are the TP shard's, sliced, not copied.
 """
 
 from __future__ import annotations
@@ -263,12 +267,24 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     return router + routed + shared
 
 
+def mamba_zxbcdt_width(config: EstimatorConfig) -> int:
+    """Elements per local token of the ``zxBCdt`` tensor the Mamba scan saves (and of its
+    gradient), on one GPU.  Under context parallelism megatron/core/ssm/mamba_context_parallel.py
+    ``pre_conv_ssm`` trades the sequence shard for a head shard (all-to-all: the full sequence,
+    heads / (t cp) per GPU, the same elements), but B and C carry max(groups / t, cp) group
+    states: with fewer local groups than CP ranks each group's state is repeated on the
+    ``cp / (groups / t)`` ranks that share its heads."""
+    hy = config.model.hybrid
+    t, cp = config.parallel.tp, config.parallel.cp
+    return 2 * (hy.d_inner // t) + 2 * max(hy.num_groups // t, cp) * hy.state_dim + hy.num_heads // t
+
+
 def mamba_mixer_bytes(config: EstimatorConfig) -> int:
     """What a Mamba mixer keeps beyond its fused norm (see the module notes)."""
     hy = config.model.hybrid
     d = dims(config)
     inner = hy.d_inner // d.t
-    zxbcdt = 2 * inner + 2 * (hy.num_groups // d.t) * hy.state_dim + hy.num_heads // d.t
+    zxbcdt = mamba_zxbcdt_width(config)
     return (d.act * d.tokens * zxbcdt            # in_proj output, transposed contiguous copy
             + d.act * d.tokens * inner           # scan output before the z gate (out_x)
             + d.act * d.tokens * inner           # gated RMSNorm input

@@ -55,14 +55,14 @@ class LayoutCost:
         cached = self.search.recomputed_cache.get(key)
         if cached is None:
             model = self.search.proxy_model
-            pattern = self.search.layer_pattern()
-            dense_f, moe_f = model.layer_forward
-            total = sum(moe_f if k else dense_f for k in pattern) or 1.0
+            pattern = self.search.layer_kinds()
+            forward = dict(model.kind_forward)
+            total = sum(forward[k] for k in pattern) or 1.0
             again = 0.0
             for stage in self.family.stages:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
-                    again += sum(moe_f if pattern[i] else dense_f for i in layers)
+                    again += sum(forward[pattern[i]] for i in layers)
             cached = self.search.recomputed_cache[key] = again / total
         return cached
 
@@ -155,6 +155,7 @@ class ProxyModel:
     layer_forward_share: float     # the decoder layers' forward flops / step flops
     core_attention_share: float    # the core attention's forward flops / step flops
     layer_forward: tuple[float, float]   # forward flops per token of a (dense, MoE) layer
+    kind_forward: tuple = ()             # (layer kind, forward flops per token) per _Search.layer_kinds kind
 
 
 def proxy_model(search: "_Search") -> ProxyModel:
@@ -162,7 +163,8 @@ def proxy_model(search: "_Search") -> ProxyModel:
 
     config = search.reference
     m = config.model
-    pattern = search.layer_pattern()
+    pattern = search.layer_kinds()
+    hybrid = m.hybrid is not None
     s = config.training.seq_length
     a = m.num_attention_heads
     if m.mla is not None:
@@ -179,8 +181,9 @@ def proxy_model(search: "_Search") -> ProxyModel:
     dense_params = expert_params = 0
     for kind in sorted(set(pattern)):
         dense, expert, _, _ = search.layer_counts(1, 1, 1, kind)
-        active = dense + (expert * m.moe.router_topk / m.moe.num_experts if kind else 0)
-        forward[kind] = 2 * active + core
+        active = dense + (expert * m.moe.router_topk / m.moe.num_experts if expert else 0)
+        # A hybrid's Mamba, MLP and MoE layers have no core attention (the scan is not counted).
+        forward[kind] = 2 * active + (core if not hybrid or kind in ("*", "+") else 0)
         dense_params += pattern.count(kind) * dense
         expert_params += pattern.count(kind) * expert
     output = m.padded_vocab_size * m.hidden_size
@@ -190,6 +193,10 @@ def proxy_model(search: "_Search") -> ProxyModel:
         c = count(mtp_tensors(one, j))
         dense_params += c.dense
         expert_params += c.expert
+        if hybrid:      # its own pattern (eh_proj among its parameters)
+            mtp_forward += (2 * (c.dense + (c.expert * m.moe.router_topk / m.moe.num_experts if m.moe else 0))
+                            + core * sum(k in ("*", "+") for k in m.hybrid.mtp_kinds) + 2 * output)
+            continue
         mtp_forward += forward[pattern[-1]] + 2 * 2 * m.hidden_size * m.hidden_size + 2 * output
     layers_forward = sum(forward[k] * pattern.count(k) for k in forward)
     step_per_token = 3 * (layers_forward + 2 * output + mtp_forward)
@@ -198,12 +205,12 @@ def proxy_model(search: "_Search") -> ProxyModel:
         seq_length=s, hidden=m.hidden_size, act_bytes=2 if prec.params_dtype != "fp32" else 4,
         param_bytes=DTYPE_BYTES[prec.params_dtype], grad_bytes=DTYPE_BYTES[prec.main_grads_dtype],
         kv_width=kv_width, topk=m.moe.router_topk if m.moe else 0,
-        dense_layers=pattern.count(False), moe_layers=pattern.count(True),
+        dense_layers=search.layer_pattern().count(False), moe_layers=search.layer_pattern().count(True),
         dense_params=dense_params, expert_params=expert_params,
         flops_per_gpu=step_per_token * search.gbs * s / search.world,
         layer_forward_share=layers_forward / step_per_token,
-        core_attention_share=core * m.num_layers / step_per_token,
-        layer_forward=(forward.get(False, 0.0), forward.get(True, 0.0)),
+        core_attention_share=core * (sum(k in ("*", "+") for k in pattern) if hybrid else m.num_layers) / step_per_token,
+        layer_forward=(forward.get(False, 0.0), forward.get(True, 0.0)), kind_forward=tuple(forward.items()),
     )
 
 

@@ -180,8 +180,9 @@ def family_settings(tp: int, cp: int, pp: int, pipeline: PipelineChoice) -> dict
 
 
 def layout_families(namespace: Mapping[str, Any], world: int, space: SearchSpace,
-                    user_pipeline: PipelineChoice | None) -> Iterator[tuple[int, int, int, PipelineChoice]]:
-    """(tp, cp, pp, split) of every layout family."""
+                    user_pipeline: PipelineChoice | None, splits=None) -> Iterator[tuple[int, int, int, PipelineChoice]]:
+    """(tp, cp, pp, split) of every layout family.  ``splits`` (pp, max virtual stages) -> the
+    splits, when not ``pipeline_choices`` (a hybrid model's: planner/hybrid.py)."""
     num_layers = namespace.get("num_layers") or 1
     mtp = namespace.get("mtp_num_layers") or 0
     for tp in divisors(world):
@@ -193,7 +194,8 @@ def layout_families(namespace: Mapping[str, Any], world: int, space: SearchSpace
             for pp in divisors(world // (tp * cp)):
                 if pp > num_layers:
                     break
-                choices = pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages)
+                choices = (pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages) if splits is None
+                           else splits(pp, space.max_virtual_stages))
                 if user_pipeline is not None and user_pipeline.pp == pp and user_pipeline.settings not in [
                         c.settings for c in choices]:
                     choices.insert(0, user_pipeline)

@@ -1,0 +1,60 @@
+"""The pipeline splits of a hybrid (Mamba) model, as Megatron-LM lays its layer pattern out.
+
+Megatron-LM main (d98e8a64) decides a hybrid model's pipeline split from its
+``--hybrid-layer-pattern`` (megatron/training/arguments.py validate_args,
+megatron/core/models/hybrid/hybrid_layer_allocation.py ``select_pipeline_segment``):
+
+- a pattern with ``|`` separators fixes the split: its S segments run segment ``vp * pp + rank``
+  on pipeline rank ``rank``, virtual stage ``vp``; pp must divide S, and S > pp derives
+  S / pp virtual stages.  The planner tries every pp that divides S, the split as given
+  (--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank,
+  --pipeline-model-parallel-layout and the embedding / loss accounting are refused with a
+  pattern; --decoder-first/last-pipeline-num-layers with '|');
+- a pattern without ``|`` on pp > 1 ranks (Megatron's backward-compatible path, deprecated in
+  favour of '|') splits the layers evenly, or with --decoder-first/last-pipeline-num-layers
+  (the middle ranks even), and allows no virtual stages: the planner tries the even split and
+  ``planner.space``'s balanced first/last split, never a layout string or virtual stages.
+
+Which tp / cp / ep / etp a hybrid accepts is the rules' (config/hybrid.py ``pattern_problems``:
+Mamba heads and groups over tp, and over tp x cp under context parallelism), as for every layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from megatron_estimator.config.hybrid import parse_pattern
+from megatron_estimator.planner.space import _split
+from megatron_estimator.results.plan import PipelineChoice
+
+SplitChoices = Callable[[int, int], list[PipelineChoice]]
+
+
+def pattern_segments(namespace: Mapping[str, Any]) -> tuple[int, ...]:
+    """Layers per '|' segment of the unified pattern (one entry without '|')."""
+    parsed, _ = parse_pattern(namespace["hybrid_pattern_unified"])
+    return tuple(len(segment) for segment in parsed.segments)
+
+
+def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
+    """(pp, max virtual stages) -> the splits the planner tries for this hybrid pattern."""
+    segments = pattern_segments(namespace) if namespace.get("hybrid_pattern_unified") else (0,)
+    num_layers = sum(segments)
+    mtp = namespace.get("mtp_num_layers") or 0
+
+    def choices(pp: int, max_virtual_stages: int) -> list[PipelineChoice]:
+        if len(segments) > 1:
+            if len(segments) % pp:
+                return []
+            vpp = len(segments) // pp if len(segments) > pp else None
+            label = (f"the pattern's {len(segments)} '|' segments"
+                     + (f", {vpp} virtual stages" if vpp else ""))
+            return [PipelineChoice(pp, vpp, (), label)]
+        if pp == 1:
+            return [PipelineChoice(1, None, (), "no pipeline")]
+        choice = _split(num_layers, mtp, pp, 1)
+        if choice is None or any(d == "pipeline_model_parallel_layout" for d, _ in choice.settings):
+            return []
+        return [choice]
+
+    return choices
