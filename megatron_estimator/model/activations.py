@@ -300,7 +300,10 @@ def hybrid_layer_activations(config: EstimatorConfig, kind: str, imbalance: floa
     h = m.hidden_size
     mask = (1 if m.hidden_dropout > 0 else 0) * d.tokens_r * h
     if kind == "M":
-        return LayerActivations(mamba_mixer_bytes(config), 0, _norm_block(d, h, d.linear_in) + mask)
+        # MambaLayer (megatron/core/ssm/mamba_layer.py) is no TransformerLayer: the selective
+        # 'layernorm' recompute never drops its fused norm's output.
+        norm = d.residual * d.tokens_r * h + d.linear_in * d.tokens_r * h + d.stat * d.tokens_r
+        return LayerActivations(mamba_mixer_bytes(config), 0, norm + mask)
     if kind in ("*", "+"):
         norm = _norm_block(d, h, d.linear_in if m.mla is None else d.act)
         return LayerActivations(attention_bytes(config), 0, norm + mask)
