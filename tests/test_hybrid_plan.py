@@ -150,3 +150,17 @@ def _with_flags(tokens: list[str], suggestion) -> list[str]:
     class _Flags:
         flags, remove_flags = suggestion.flags, suggestion.remove_flags
     return candidate_argv(tokens, _Flags)
+
+
+def test_a_pipe_free_split_is_noted_with_its_pipes():
+    # arguments.py deprecates pp > 1 without '|' (select_pipeline_segment's backward-compatible
+    # path): the plan says so, with the split written as '|' segments (MTP depths kept after '/').
+    from types import SimpleNamespace
+
+    from megatron_estimator.planner.hybrid import pipe_free_note
+
+    stages = [SimpleNamespace(layers=(0, 1)), SimpleNamespace(layers=(2, 3)), SimpleNamespace(layers=(4, 5))]
+    note = pipe_free_note({"hybrid_pattern_unified": "M*-M*-/M-/M-"}, stages)
+    assert note.endswith("--hybrid-layer-pattern 'M*|-M|*-/M-/M-'")
+    assert pipe_free_note({"hybrid_pattern_unified": "M*-|M*-"}, stages[:2]) is None
+    assert pipe_free_note({"hybrid_pattern_unified": "M*-M*-"}, [SimpleNamespace(layers=tuple(range(6)))]) is None

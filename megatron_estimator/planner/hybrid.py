@@ -58,3 +58,20 @@ def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
         return [choice]
 
     return choices
+
+
+def pipe_free_note(namespace: Mapping[str, Any], stages) -> str | None:
+    """For a plan whose best layout splits a pattern without '|' over pp > 1 ranks (``stages``:
+    its ``model.layout.StageLayout`` records): Megatron's deprecated path, and the same split
+    written with '|' (arguments.py warns and asks for the separators)."""
+    pattern = namespace.get("hybrid_pattern_unified")
+    if not pattern or len(stages) < 2 or len(pattern_segments(namespace)) > 1:
+        return None
+    parsed, _ = parse_pattern(pattern)
+    layers = parsed.layers
+    text = "|".join("".join(layers[i] for i in stage.layers) for stage in stages)
+    if parsed.mtp is not None:
+        text += "".join("/" + parsed.mtp for _ in range(parsed.mtp_depths))
+    return (f"the hybrid layer pattern has no '|': Megatron splits it over {len(stages)} pipeline stages by its "
+            "deprecated pipe-free path (megatron/core/models/hybrid/hybrid_layer_allocation.py "
+            f"select_pipeline_segment); the best layout's split written with '|' is --hybrid-layer-pattern '{text}'")

@@ -451,6 +451,12 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     chosen = _best(run.fits, top)
     candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
+    if run.family_name == "hybrid" and chosen:
+        from megatron_estimator.planner.hybrid import pipe_free_note
+
+        note = pipe_free_note(run.namespace, chosen[0].memory.family.stages)
+        if note is not None:
+            notes.append(note)
     if run.base_problems:
         notes.append("with Megatron's default layout the input fails validation: "
                      + "; ".join(f"{p.location}: {p.message}" for p in run.base_problems))
