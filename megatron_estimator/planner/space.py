@@ -15,7 +15,7 @@ The space (``results.plan.SearchSpace``; each bound is a field):
   they divide, else with ``--decoder-first/last-pipeline-num-layers`` (a balanced middle,
   the first and last stages no heavier), else with a balanced
   ``--pipeline-model-parallel-layout``; the user's own split is one more choice for the
-  user's pp;
+  user's pp; a hybrid model's splits are its pattern's (planner/hybrid.py);
 - micro batch sizes ``micro_batch_sizes``; sequence parallel on and off when tp > 1;
   recompute none, selective ``core_attn``, full uniform (one layer per group), full block
   with ``block_recompute_fractions`` of a model chunk's layers; distributed optimizer off/on.
