@@ -164,3 +164,11 @@ def test_a_pipe_free_split_is_noted_with_its_pipes():
     assert note.endswith("--hybrid-layer-pattern 'M*|-M|*-/M-/M-'")
     assert pipe_free_note({"hybrid_pattern_unified": "M*-|M*-"}, stages[:2]) is None
     assert pipe_free_note({"hybrid_pattern_unified": "M*-M*-"}, [SimpleNamespace(layers=tuple(range(6)))]) is None
+
+
+def test_a_pattern_with_pipes_is_not_noted_as_failing_on_one_pipeline_rank():
+    # 4 segments on pp 1 derive 4 virtual stages, which need pp > 1: no layout of the pattern has pp 1.
+    plan = api.plan(argv(toy("M*|M-|M*|M-")), world_size=4, global_batch_size=16, budget=8 * GiB, top=1,
+                    space=SMALL_SPACE, environ={})
+    assert dict(plan.rejections)["vpp-needs-pipeline"] > 0
+    assert not any("default layout" in note for note in plan.notes)

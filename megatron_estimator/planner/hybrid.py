@@ -75,3 +75,16 @@ def pipe_free_note(namespace: Mapping[str, Any], stages) -> str | None:
     return (f"the hybrid layer pattern has no '|': Megatron splits it over {len(stages)} pipeline stages by its "
             "deprecated pipe-free path (megatron/core/models/hybrid/hybrid_layer_allocation.py "
             f"select_pipeline_segment); the best layout's split written with '|' is --hybrid-layer-pattern '{text}'")
+
+
+# What Megatron's default layout (pp 1) fails with for a pattern of several '|' segments: they
+# derive virtual stages, which need pp > 1.  No layout the pattern allows has pp 1 then.
+PIPE_ONLY_PROBLEMS = frozenset({"vpp-needs-pipeline"})
+
+
+def default_layout_problems(namespace: Mapping[str, Any], problems) -> tuple:
+    """The problems of Megatron's default layout worth a plan note: without those a pattern's
+    '|' segments make inevitable on one pipeline rank."""
+    if not namespace.get("hybrid_pattern_unified") or len(pattern_segments(namespace)) == 1:
+        return tuple(problems)
+    return tuple(p for p in problems if p.code not in PIPE_ONLY_PROBLEMS)

@@ -451,15 +451,17 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     chosen = _best(run.fits, top)
     candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
-    if run.family_name == "hybrid" and chosen:
-        from megatron_estimator.planner.hybrid import pipe_free_note
+    base_problems = run.base_problems
+    if run.family_name == "hybrid":
+        from megatron_estimator.planner.hybrid import default_layout_problems, pipe_free_note
 
-        note = pipe_free_note(run.namespace, chosen[0].memory.family.stages)
+        note = pipe_free_note(run.namespace, chosen[0].memory.family.stages) if chosen else None
         if note is not None:
             notes.append(note)
-    if run.base_problems:
+        base_problems = default_layout_problems(run.namespace, base_problems)
+    if base_problems:
         notes.append("with Megatron's default layout the input fails validation: "
-                     + "; ".join(f"{p.location}: {p.message}" for p in run.base_problems))
+                     + "; ".join(f"{p.location}: {p.message}" for p in base_problems))
     return Plan(
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
         budget_bytes=budget, budget_source=budget_source, candidates=candidates,
