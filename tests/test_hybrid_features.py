@@ -123,3 +123,34 @@ def test_mamba_under_context_parallelism():
     assert layer_activations(cfg, 0).total == mamba_layer_bytes(1, False, local)
     # The parameters are the TP shard's (sliced views per CP rank, not copies).
     assert count(layer_tensors(cfg, 0, "")).total == mamba_params(1)
+
+
+def test_megatron_fsdp_shards_mamba_layers_as_units():
+    # mcore_fsdp_adapter.py: the FSDP units are TransformerLayer, MoETransformerLayer and MambaLayer,
+    # so with optim_grads_params all three hybrid layers are sharded over dp 2 and all-gathered
+    # (bf16) before their backward; the embedding and the final norm, outside every unit, keep
+    # their unsharded bf16 copy beside the shard.  The buffer is padded as above (lcm(2, 128) = 128).
+    _, est = hybrid_estimate("M*-", "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+                                    "--ckpt-format fsdp_dtensor --global-batch-size 4", world_size=2)
+    stage = est.stages[0]
+    padded = -(-sum(-(-n // 64) * 64 for n in TENSORS) // 128) * 128
+    units = sum(MAMBA) + sum(ATTENTION) + sum(MLP)
+    outside = sum(EMBEDDING) + sum(FINAL_NORM)
+    assert stage.bytes.weights == 2 * padded // 2 + 2 * outside
+    assert stage.bytes.gradients == 4 * padded // 2
+    assert stage.bytes.optimizer_states == 12 * PARAMS // 2
+    assert dict(stage.details)["fsdp_unsharded_in_flight"] == 2 * units
+
+
+def test_megatron_fsdp_units_of_a_hybrid_mtp_depth_are_its_nested_layers():
+    # A hybrid MTP depth runs a nested HybridStack (multi_token_prediction.py): its MambaLayer /
+    # TransformerLayer modules are FSDP units; enorm, hnorm, eh_proj and the depth's final norm are not.
+    from megatron_estimator.model.layout import pipeline_stages
+    from megatron_estimator.model.parameters import chunk_tensors
+    from megatron_estimator.model.states import _fsdp_unit
+
+    cfg = config("M*-/M-", "--position-embedding-type rope")
+    [stage] = pipeline_stages(cfg)
+    mtp = [t for t in chunk_tensors(cfg, stage.chunks[0]) if t.name.startswith("mtp.")]
+    unit = sum(t.numel for t in mtp if _fsdp_unit(t))
+    assert unit == sum(MAMBA) + sum(MLP)
