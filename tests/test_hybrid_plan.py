@@ -172,3 +172,24 @@ def test_a_pattern_with_pipes_is_not_noted_as_failing_on_one_pipeline_rank():
                     space=SMALL_SPACE, environ={})
     assert dict(plan.rejections)["vpp-needs-pipeline"] > 0
     assert not any("default layout" in note for note in plan.notes)
+
+
+def test_the_proxy_counts_a_hybrids_communication_by_layer_kind():
+    # "M*-E" with tp 2, cp 2, dp 1 on 4 GPUs, gbs 16 of 32 tokens: each GPU passes 16 x 16 tokens of
+    # its 16-token shard per step, X = 256 tokens x h 64 x 2 bytes.  TP: 3 blocks (M, *, -) of
+    # 4 (t-1)/t X each, the MoE layer only its etp (= tp 2) term, top-2 the tokens.  CP: the ring in
+    # the attention layer, 3 (cp-1) K+V bytes of 2 x 4 heads x 16 / tp; the Mamba layer's
+    # all-to-alls, 2 (cp-1)/cp x tokens x (zxBCdt 296 + d_inner 128) / tp x 2 bytes.
+    plan = api.plan(argv(toy("M*-E", MOE + " --sequence-parallel")), world_size=4, global_batch_size=16,
+                    budget=8 * GiB, top=None, space=plan_records.SearchSpace(micro_batch_sizes=(1,),
+                                                                               max_context_parallel=2),
+                    environ={})
+    [c] = [c for c in plan.candidates if (c.parallel.tp, c.parallel.cp, c.parallel.pp, c.parallel.ep,
+                                          c.parallel.etp) == (2, 2, 1, 1, 2)
+           and c.recompute.granularity is None and c.sequence_parallel and not c.distributed_optimizer]
+    tokens = 16 * 16
+    x = tokens * 64 * 2
+    assert c.proxy.tp_bytes == int(3 * 4 * (2 - 1) / 2 * x + 1 * 4 * (2 - 1) / 2 * x * 2)
+    kv = tokens * (2 * 4 * 16) * 2 / 2
+    a2a = 2 * (2 - 1) / 2 * tokens * (2 * 128 + 2 * 2 * 8 + 8 + 128) / 2 * 2
+    assert c.proxy.cp_bytes == int(1 * (2 - 1) * kv * 3 + a2a)
