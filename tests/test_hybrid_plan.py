@@ -87,18 +87,37 @@ def test_a_pattern_with_pipes_fixes_the_split():
                                                    "decoder_first_pipeline_num_layers"))
 
 
-def test_a_pattern_without_pipes_splits_evenly_or_first_last_and_never_interleaves():
-    # 6 layers: pp 2 and 3 even, pp 4 first/last (1 + 2 + 2 + 1: middle even); no virtual stages,
-    # no layout string (Megatron refuses both with a hybrid pattern).
+def test_a_pattern_without_pipes_splits_evenly_or_first_last_or_is_re_split_with_pipes():
+    # 6 layers.  Without '|' (select_pipeline_segment's pipe-free path): pp 2 even, pp 4 first/last
+    # (1 + 2 + 2 + 1: the middle even); never virtual stages or a layout string (Megatron refuses
+    # both with a hybrid pattern).  Interleaving takes '|' segments: the same layers re-split into
+    # pp x v balanced segments, the extra layers mid-model first: pp 2 v 2 = 4 segments 1 2 2 1,
+    # pp 2 v 3 = 6 of 1; pp 4 v 2 would need 8 layers.
     layouts = _layouts(toy("M*-M*-"), 4, plan_records.SearchSpace(max_virtual_stages=4))
-    pps = {s["pipeline_model_parallel_size"] for s in layouts}
-    assert pps == {1, 2, 4}
+    assert {s["pipeline_model_parallel_size"] for s in layouts} == {1, 2, 4}
     for s in layouts:
         assert s["num_virtual_stages_per_pipeline_rank"] is None
         assert s["pipeline_model_parallel_layout"] is None
-    four = {(s["decoder_first_pipeline_num_layers"], s["decoder_last_pipeline_num_layers"])
-            for s in layouts if s["pipeline_model_parallel_size"] == 4}
-    assert four == {(1, 1)}
+    by_pp = {}
+    for s in layouts:
+        by_pp.setdefault(s["pipeline_model_parallel_size"], set()).add(
+            (s["decoder_first_pipeline_num_layers"], s["decoder_last_pipeline_num_layers"], s.get("hybrid_layer_pattern")))
+    assert by_pp[1] == {(None, None, None)}
+    assert by_pp[2] == {(None, None, None), (None, None, "M|*-|M*|-"), (None, None, "M|*|-|M|*|-")}
+    assert by_pp[4] == {(1, 1, None)}
+
+
+def test_a_re_split_pattern_replaces_the_deprecated_alias_and_keeps_its_mtp_depths():
+    text = (f"{TOY} --hybrid-override-pattern M*-M*-/M-/M- --position-embedding-type rope "
+            "--pipeline-model-parallel-size 2")
+    plan = api.plan(argv(text), world_size=2, global_batch_size=16, budget=8 * GiB, top=None,
+                    space=plan_records.SearchSpace(micro_batch_sizes=(1,), max_virtual_stages=2), environ={})
+    resplit = [c for c in plan.candidates if "--hybrid-layer-pattern" in c.flags]
+    assert resplit and all(c.parallel.vpp == 2 for c in resplit)
+    for c in resplit:            # re-estimated through api.evaluate with these flags (api.plan's verifier)
+        assert c.flags[c.flags.index("--hybrid-layer-pattern") + 1] == "M|*-|M*|-/M-/M-"
+        assert "--hybrid-override-pattern" in c.remove_flags
+        assert c.estimate.peak_stage.layer_kinds in ("M|M*", "*-|-/M-/M-")
 
 
 def test_the_planner_proposes_no_tp_or_cp_the_mamba_mixer_refuses():

@@ -12,8 +12,11 @@ megatron/core/models/hybrid/hybrid_layer_allocation.py ``select_pipeline_segment
   pattern; --decoder-first/last-pipeline-num-layers with '|');
 - a pattern without ``|`` on pp > 1 ranks (Megatron's backward-compatible path, deprecated in
   favour of '|') splits the layers evenly, or with --decoder-first/last-pipeline-num-layers
-  (the middle ranks even), and allows no virtual stages: the planner tries the even split and
-  ``planner.space``'s balanced first/last split, never a layout string or virtual stages.
+  (the middle ranks even), and allows no virtual stages: the planner tries the even split or
+  ``planner.space``'s balanced first/last split as given, and the same layers re-split into
+  pp x v balanced '|' segments (``--hybrid-layer-pattern`` rewritten, the MTP part kept) for
+  v = 2 .. ``max_virtual_stages`` virtual stages, and for v = 1 where neither split exists;
+  never a layout string.  The pattern's layers never change: only where the '|' fall.
 
 Which tp / cp / ep / etp a hybrid accepts is the rules' (config/hybrid.py ``pattern_problems``:
 Mamba heads and groups over tp, and over tp x cp under context parallelism), as for every layout.
@@ -52,12 +55,49 @@ def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
             return [PipelineChoice(pp, vpp, (), label)]
         if pp == 1:
             return [PipelineChoice(1, None, (), "no pipeline")]
+        found = []
         choice = _split(num_layers, mtp, pp, 1)
-        if choice is None or any(d == "pipeline_model_parallel_layout" for d, _ in choice.settings):
-            return []
-        return [choice]
+        if choice is not None and not any(d == "pipeline_model_parallel_layout" for d, _ in choice.settings):
+            found.append(choice)
+        for v in range(1 if not found else 2, max_virtual_stages + 1):
+            if pp * v > num_layers:
+                break
+            if resplit is not None:
+                found.append(resplit(pp, v))
+        return found
 
+    resplit = _resplitter(namespace)
     return choices
+
+
+def _resplitter(namespace: Mapping[str, Any]) -> Callable[[int, int], PipelineChoice] | None:
+    """(pp, v) -> the pattern re-split into pp x v balanced '|' segments: how Megatron interleaves
+    a hybrid (v virtual stages), or splits one unevenly.  None where the pattern cannot be
+    rewritten as one --hybrid-layer-pattern: the legacy --mtp-hybrid-override-pattern."""
+    if namespace.get("mtp_hybrid_override_pattern") is not None:
+        return None
+    parsed, _ = parse_pattern(namespace["hybrid_pattern_unified"])
+    layers = parsed.layers
+    mtp = "".join("/" + parsed.mtp for _ in range(parsed.mtp_depths)) if parsed.mtp is not None else ""
+    # The deprecated alias is replaced by the pattern it names, re-split.
+    alias = (("hybrid_override_pattern", None),) if namespace.get("hybrid_override_pattern") is not None else ()
+
+    def resplit(pp: int, v: int) -> PipelineChoice:
+        n = pp * v
+        base, extra = divmod(len(layers), n)
+        counts = [base] * n
+        for index in (list(range(1, n - 1)) + [n - 1, 0])[:extra]:   # the extra layers mid-model first
+            counts[index] += 1
+        segments, start = [], 0
+        for c in counts:
+            segments.append(layers[start:start + c])
+            start += c
+        text = "|".join(segments) + mtp
+        sizes = f"{min(counts)}" + (f"-{max(counts)}" if max(counts) != min(counts) else "")
+        label = f"'|' segments of {sizes} layers" + (f", {v} virtual stages" if v > 1 else "")
+        return PipelineChoice(pp, v if v > 1 else None, (("hybrid_layer_pattern", text),) + alias, label)
+
+    return resplit
 
 
 def pipe_free_note(namespace: Mapping[str, Any], stages) -> str | None:

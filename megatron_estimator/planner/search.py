@@ -31,7 +31,7 @@ from megatron_estimator.planner.candidates import Verifier, candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
 from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
 from megatron_estimator.planner.space import (
-    PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
+    PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, extra_dests, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
     BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
@@ -455,7 +455,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     if run.family_name == "hybrid":
         from megatron_estimator.planner.hybrid import default_layout_problems, pipe_free_note
 
-        note = pipe_free_note(run.namespace, chosen[0].memory.family.stages) if chosen else None
+        best = chosen[0].memory if chosen else None
+        note = (pipe_free_note(run.namespace, best.family.stages)
+                if best is not None and not extra_dests(best.layout.pipeline) else None)
         if note is not None:
             notes.append(note)
         base_problems = default_layout_problems(run.namespace, base_problems)
@@ -512,7 +514,7 @@ def layouts(inp, *, world_size: int, global_batch_size: int, environ: Mapping[st
                                          "micro_batch_size": mbs, "global_batch_size": global_batch_size,
                                          "use_distributed_optimizer": do, "sequence_parallel": sp})
                         settings.update(rec.settings())
-                        yield {d: settings.get(d) for d in PLANNED_DESTS}
+                        yield {d: settings.get(d) for d in PLANNED_DESTS + extra_dests(pipeline)}
 
 
 class NoValidLayout(InvalidInput):

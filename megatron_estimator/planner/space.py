@@ -176,7 +176,17 @@ def family_settings(tp: int, cp: int, pp: int, pipeline: PipelineChoice) -> dict
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
                 "recompute_activations": False, "distribute_saved_activations": False})
     out.update(dict(pipeline.settings))
+    if pipeline.settings and "hybrid_layer_pattern" in out:
+        # A hybrid pattern re-split into '|' segments (planner/hybrid.py): what validate_args
+        # derives from it (config/hybrid.py normalize_namespace keeps the unified pattern).
+        out["hybrid_pattern_unified"] = out["hybrid_layer_pattern"]
     return out
+
+
+def extra_dests(pipeline: PipelineChoice) -> tuple[str, ...]:
+    """The settings a split changes besides ``PLANNED_DESTS``: a hybrid model's re-split
+    layer pattern (planner/hybrid.py); none for a GPT decoder's."""
+    return tuple(d for d, _ in pipeline.settings if d not in PLANNED_DESTS)
 
 
 def layout_families(namespace: Mapping[str, Any], world: int, space: SearchSpace,
