@@ -212,3 +212,14 @@ def test_the_proxy_counts_a_hybrids_communication_by_layer_kind():
     kv = tokens * (2 * 4 * 16) * 2 / 2
     a2a = 2 * (2 - 1) / 2 * tokens * (2 * 128 + 2 * 2 * 8 + 8 + 128) / 2 * 2
     assert c.proxy.cp_bytes == int(1 * (2 - 1) * kv * 3 + a2a)
+
+
+def test_plan_of_a_hybrid_entry_script_without_a_pattern_is_refused(tmp_path):
+    from megatron_estimator.core.problems import InvalidInput
+
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun pretrain_hybrid.py --hidden-size 64 --num-attention-heads 4 --num-layers 4 "
+                      "--seq-length 32 --max-position-embeddings 32 --vocab-size 1000 --micro-batch-size 1\n")
+    with pytest.raises(InvalidInput) as err:
+        api.plan(str(script), world_size=2, global_batch_size=4, budget=8 * GiB, environ={})
+    assert [p.code for p in err.value.problems] == ["missing-hybrid-pattern"]

@@ -40,8 +40,11 @@ def pattern_segments(namespace: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
-    """(pp, max virtual stages) -> the splits the planner tries for this hybrid pattern."""
-    segments = pattern_segments(namespace) if namespace.get("hybrid_pattern_unified") else (0,)
+    """(pp, max virtual stages) -> the splits the planner tries for this hybrid pattern (none
+    without a pattern: ``missing-hybrid-pattern`` is the model's problem then)."""
+    if not namespace.get("hybrid_pattern_unified"):
+        return lambda pp, max_virtual_stages: []
+    segments = pattern_segments(namespace)
     num_layers = sum(segments)
     mtp = namespace.get("mtp_num_layers") or 0
 
