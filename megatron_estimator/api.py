@@ -297,9 +297,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
     result = replace(result, assumptions=state_all(result.assumed))
-    # The planner's search (and so the suggestions) lays out GPT decoders only; a hybrid model
-    # is estimated, not re-planned.
-    if suggest and result.fits is False and family.name != "hybrid":
+    if suggest and result.fits is False:
         return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
     return Verdict(inp.source, estimate=result, family=family)
@@ -604,17 +602,13 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
 
 def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:
     """The ``unsupported-model`` problem of an input whose model family is not modelled: the
-    planner never lays out a non-GPT model as a GPT decoder."""
+    planner lays out GPT decoders and hybrid models (planner/hybrid.py), never another family
+    as a GPT decoder."""
     from megatron_estimator.config.family import unsupported_model
     from megatron_estimator.inputs.entry_script import model_family
 
     family = model_family(inp.raw, inp.entry)
     refusal = unsupported_model(family)
-    if refusal is None and family.name == "hybrid":
-        location = family.entry.location if family.entry is not None else "<command>"
-        refusal = Problem("unsupported-plan", location,
-                          "the planner lays out GPT decoders only: a hybrid model's layouts (its pattern's '|' "
-                          "segments fix the pipeline split) are not searched; estimate, check and run model it")
     return (refusal,) if refusal is not None else ()
 
 

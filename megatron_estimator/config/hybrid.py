@@ -261,6 +261,9 @@ def pattern_problems(ns: Mapping[str, Any], location) -> Iterator[Problem]:
         if heads % groups:
             yield Problem("mamba-shape", location("mamba_num_groups"),
                           f"{heads} Mamba heads are not divisible by --mamba-num-groups {groups}")
+        cp = ns.get("context_parallel_size")
+        if isinstance(cp, int) and cp > 1 and not heads % t and not groups % t:
+            yield from _mamba_context_parallel_problems(heads // t, groups // t, t, cp, location)
     if "G" in used:
         yield from gdn_problems(ns, location)
     if "D" in used:
@@ -408,6 +411,27 @@ def dsa_problems(ns: Mapping[str, Any], location) -> Iterator[Problem]:
         yield Problem("dsa-conflict", location("qk_layernorm"),
                       "--qk-layernorm with DSA needs --q-lora-rank: DSA cannot fuse the q norm into "
                       "linear_q_proj (megatron/core/transformer/mla_qk_norm_config.py)")
+
+def _mamba_context_parallel_problems(heads: int, groups: int, t: int, cp: int, location) -> Iterator[Problem]:
+    """megatron/core/ssm/mamba_context_parallel.py ``MambaContextParallel.__init__`` (asserted
+    when the model is built): each CP rank takes a share of the TP rank's heads, and of its
+    groups (or one group's heads, its state repeated)."""
+    where = location("context_parallel_size")
+    if heads % cp:
+        yield Problem("mamba-context-parallel", where,
+                      f"context parallel size {cp} does not divide the {heads} Mamba heads of a tensor parallel "
+                      f"rank (heads / tp {t}); megatron/core/ssm/mamba_context_parallel.py needs heads divisible "
+                      "by tp x cp")
+    if groups < cp and cp % groups:
+        yield Problem("mamba-context-parallel", where,
+                      f"context parallel size {cp} is not a multiple of the {groups} Mamba groups of a tensor "
+                      "parallel rank (groups / tp); megatron/core/ssm/mamba_context_parallel.py needs cp to divide "
+                      "them or be a multiple of them")
+    elif groups >= cp and groups % cp:
+        yield Problem("mamba-context-parallel", where,
+                      f"context parallel size {cp} does not divide the {groups} Mamba groups of a tensor parallel "
+                      "rank (groups / tp); megatron/core/ssm/mamba_context_parallel.py needs cp to divide them or "
+                      "be a multiple of them")
 
 
 def hybrid_config(ns: Mapping[str, Any]) -> HybridConfig | None:

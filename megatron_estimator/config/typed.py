@@ -425,7 +425,9 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         recompute_num_layers=ns.get("recompute_num_layers"),
         recompute_modules=tuple(ns.get("recompute_modules") or ()),
         distribute_saved_activations=bool(ns.get("distribute_saved_activations")),
-        cpu_offloading_num_layers=ns.get("cpu_offloading_num_layers") or 0,
+        # megatron/core/models/hybrid/hybrid_block.py (HybridStack) never enters the CPU
+        # offload context transformer_block.py gives its layers: a hybrid model ignores it.
+        cpu_offloading_num_layers=(ns.get("cpu_offloading_num_layers") or 0) if hybrid is None else 0,
         overlap_p2p_comm=bool(ns.get("overlap_p2p_comm")),
         calculate_per_token_loss=bool(ns.get("calculate_per_token_loss")),
         cross_entropy_loss_fusion=bool(ns.get("cross_entropy_loss_fusion")),
@@ -503,6 +505,11 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         fused_weighted_squared_relu=bool(ns.get("use_fused_weighted_squared_relu")),
     )
     not_modelled = ()
+    if hybrid is not None and (ns.get("cpu_offloading_num_layers") or 0) > 0:
+        notes = tuple(notes) + (
+            f"--cpu-offloading-num-layers {ns['cpu_offloading_num_layers']} offloads nothing on a hybrid model: "
+            "megatron/core/models/hybrid/hybrid_block.py runs its layers outside the CPU offload context "
+            "(only transformer_block.py enters it)",)
     if hybrid is not None and tuple(ns.get("spec") or ()) in HYBRID_STACK_SPECS:
         given = [dest for dest in given if dest != "spec"]     # the layer spec the hybrid model is built with
     if given:

@@ -47,7 +47,12 @@ wide and the scan's pre-gate output ``d_inner/t`` (mamba_ssm/ops/triton/ssd_comb
 convolution and the chunk states in backward); the gated RMSNorm's input ``d_inner/t`` and fp32
 rstd per group (mamba_ssm/ops/triton/layernorm_gated.py ``LayerNormFn``); out_proj's input
 (1 byte under fp8).  The kernels are mamba_ssm's, outside megatron-core: what they save is
-taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.
+taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply to it.  Under
+context parallelism (megatron/core/ssm/mamba_context_parallel.py, all-to-all) the scan runs on
+the whole sequence with a 1/cp share of the heads, so its saved tensors keep their size per
+GPU but for the B / C group states repeated when cp exceeds the local groups
+(``mamba_zxbcdt_width``); the parameters are the TP shard's, sliced, not copied.
+
 
 A gated delta net layer (``G``, megatron/core/ssm/gated_delta_net/gdn.py ``GatedDeltaNet.forward``;
 widths per GPU, ``Hk`` / ``Hv`` key / value heads, ``dk`` / ``dv`` their dims; under context
@@ -296,12 +301,24 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     return router + routed + shared
 
 
+def mamba_zxbcdt_width(config: EstimatorConfig) -> int:
+    """Elements per local token of the ``zxBCdt`` tensor the Mamba scan saves (and of its
+    gradient), on one GPU.  Under context parallelism megatron/core/ssm/mamba_context_parallel.py
+    ``pre_conv_ssm`` trades the sequence shard for a head shard (all-to-all: the full sequence,
+    heads / (t cp) per GPU, the same elements), but B and C carry max(groups / t, cp) group
+    states: with fewer local groups than CP ranks each group's state is repeated on the
+    ``cp / (groups / t)`` ranks that share its heads."""
+    hy = config.model.hybrid
+    t, cp = config.parallel.tp, config.parallel.cp
+    return 2 * (hy.d_inner // t) + 2 * max(hy.num_groups // t, cp) * hy.state_dim + hy.num_heads // t
+
+
 def mamba_mixer_bytes(config: EstimatorConfig) -> int:
     """What a Mamba mixer keeps beyond its fused norm (see the module notes)."""
     hy = config.model.hybrid
     d = dims(config)
     inner = hy.d_inner // d.t
-    zxbcdt = 2 * inner + 2 * (hy.num_groups // d.t) * hy.state_dim + hy.num_heads // d.t
+    zxbcdt = mamba_zxbcdt_width(config)
     return (d.act * d.tokens * zxbcdt            # in_proj output, transposed contiguous copy
             + d.act * d.tokens * inner           # scan output before the z gate (out_x)
             + d.act * d.tokens * inner           # gated RMSNorm input
@@ -391,7 +408,10 @@ def hybrid_layer_activations(config: EstimatorConfig, kind: str, imbalance: floa
     h = m.hidden_size
     mask = (1 if m.hidden_dropout > 0 else 0) * d.tokens_r * h
     if kind == "M":
-        return LayerActivations(mamba_mixer_bytes(config), 0, _norm_block(d, h, d.linear_in) + mask)
+        # MambaLayer (megatron/core/ssm/mamba_layer.py) is no TransformerLayer: the selective
+        # 'layernorm' recompute never drops its fused norm's output.
+        norm = d.residual * d.tokens_r * h + d.linear_in * d.tokens_r * h + d.stat * d.tokens_r
+        return LayerActivations(mamba_mixer_bytes(config), 0, norm + mask)
     if kind == "G":     # the norm is fused into in_proj: 'layernorm' recompute does not reach it
         norm = d.residual * d.tokens_r * h + d.linear_in * d.tokens_r * h + d.stat * d.tokens_r
         return LayerActivations(gdn_bytes(config), 0, norm + mask)

@@ -83,8 +83,7 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     hy = m.hybrid
     if hy is not None and any(hy.layer_kinds[i] == "M" for i in layers):
         # A Mamba layer's in_proj output gradient (zxBCdt).
-        zxbcdt = (2 * hy.d_inner + 2 * hy.num_groups * hy.state_dim + hy.num_heads) // d.t
-        widest = max(widest, d.act * d.tokens * zxbcdt)
+        widest = max(widest, d.act * d.tokens * act.mamba_zxbcdt_width(config))
     if hy is not None and hy.gdn is not None and any(hy.layer_kinds[i] == "G" for i in layers):
         # A gated delta net layer's in_proj output gradient.
         from megatron_estimator.config.hybrid import gdn_in_proj_width

@@ -167,9 +167,11 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
 def _fsdp_unit(tensor: ParamTensor) -> bool:
     """Whether Megatron-FSDP shards this parameter as part of an FSDP unit: the adapter makes
     TransformerLayer / MoETransformerLayer the unit modules (megatron/core/distributed/fsdp/
-    mcore_fsdp_adapter.py); embeddings, the output layer, final norms and the MTP glue
-    (enorm, hnorm, eh_proj) are outside every unit."""
-    return tensor.name.startswith("decoder.layers.") or ".transformer_layer." in tensor.name
+    mcore_fsdp_adapter.py, with MambaLayer: a hybrid model's layers, its MTP layers' nested
+    ones too); embeddings, the output layer, final norms and the MTP glue (enorm, hnorm,
+    eh_proj) are outside every unit."""
+    return (tensor.name.startswith("decoder.layers.") or ".transformer_layer." in tensor.name
+            or ".mtp_model_layer.layers." in tensor.name)
 
 
 def _unit_count(chunks_tensors: list[list[ParamTensor]]) -> int:
@@ -177,8 +179,12 @@ def _unit_count(chunks_tensors: list[list[ParamTensor]]) -> int:
     for tensors in chunks_tensors:
         for t in tensors:
             if _fsdp_unit(t):
-                units.add(t.name.split(".transformer_layer.")[0] if ".transformer_layer." in t.name
-                          else ".".join(t.name.split(".")[:3]))
+                if ".transformer_layer." in t.name:
+                    units.add(t.name.split(".transformer_layer.")[0])
+                elif ".mtp_model_layer.layers." in t.name:     # a hybrid MTP depth's nested layer
+                    units.add(".".join(t.name.split(".")[:6]))
+                else:
+                    units.add(".".join(t.name.split(".")[:3]))
     return len(units)
 
 

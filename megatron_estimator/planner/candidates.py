@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.planner.space import PLANNED_DESTS, family_settings
+from megatron_estimator.planner.space import PLANNED_DESTS, extra_dests, family_settings
 from megatron_estimator.results.estimate import Verdict
 from megatron_estimator.results.plan import Candidate
 
@@ -53,7 +53,9 @@ def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[st
     table = flag_table()
     add: list[str] = []
     remove: list[str] = []
-    for dest in PLANNED_DESTS:
+    # Besides the planned dests, a hybrid split's layer pattern (space.extra_dests).
+    extra = tuple(d for d in ("hybrid_layer_pattern", "hybrid_override_pattern") if d in settings)
+    for dest in PLANNED_DESTS + extra:
         value = settings.get(dest)
         if dest == "recompute_modules" and settings.get("recompute_granularity") != "selective":
             continue              # only selective recompute reads the module list
@@ -108,7 +110,7 @@ def candidate_argv(argv: Sequence[str], candidate: Candidate) -> list[str]:
 
 def layout_raw(raw: RawArgs, settings: Mapping[str, Any]) -> RawArgs:
     """The input's settings with these planned settings instead of its own."""
-    out = {d: s for d, s in raw.settings.items() if d not in PLANNED_DESTS}
+    out = {d: s for d, s in raw.settings.items() if d not in PLANNED_DESTS and d not in settings}
     for dest, value in settings.items():
         if value is None or value is False:
             continue
@@ -147,7 +149,8 @@ def candidate(search: "_Search", fit: "_Fit", verify: Verifier | None = None) ->
         num_microbatches=fit.num_microbatches, sequence_parallel=fit.sequence_parallel, recompute=fit.recompute,
         distributed_optimizer=fit.chosen_optimizer, peak_stage=rank, device_peak_bytes=device,
         allocated_peak_bytes=allocated, headroom_bytes=search.budget - device, proxy=proxy,
-        settings=tuple((d, settings.get(d)) for d in PLANNED_DESTS), flags=flags, remove_flags=remove)
+        settings=tuple((d, settings.get(d)) for d in PLANNED_DESTS + extra_dests(layout.pipeline)), flags=flags,
+        remove_flags=remove)
     if verify is None:
         return found
     verdict = verify(candidate_raw(search.inp.raw, found))

@@ -24,6 +24,12 @@ better; 1.0 is compute alone)::
   DP: per step the gradients of the GPU's parameters, all-reduced over dp x cp (dense) and
   expert dp (experts), or with the distributed optimizer reduce-scattered, with the
   parameters all-gathered;
+- a hybrid model (config/hybrid.py) counts per layer kind: one TP block per Mamba, attention
+  or MLP layer (a MoE layer only its experts' etp term), the CP ring in its attention layers
+  only, and for each Mamba layer the all-to-alls of megatron/core/ssm/mamba_context_parallel.py
+  (before the scan the zxBCdt input, after it the output: (cp-1)/cp x tokens x (zxBCdt +
+  d_inner) / t, forward and backward); core attention only in attention layers, the scan's
+  flops not counted;
 - the bandwidth is ``intra_node_bandwidth`` when the group's ranks lie in one node under
   Megatron's rank order (tp-cp-ep-dp-pp: a group of n ranks at stride k spans n x k
   consecutive ranks), else ``inter_node_bandwidth``.  Pipeline send/receive is not counted
@@ -55,14 +61,14 @@ class LayoutCost:
         cached = self.search.recomputed_cache.get(key)
         if cached is None:
             model = self.search.proxy_model
-            pattern = self.search.layer_pattern()
-            dense_f, moe_f = model.layer_forward
-            total = sum(moe_f if k else dense_f for k in pattern) or 1.0
+            pattern = self.search.layer_kinds()
+            forward = dict(model.kind_forward)
+            total = sum(forward[k] for k in pattern) or 1.0
             again = 0.0
             for stage in self.family.stages:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
-                    again += sum(moe_f if pattern[i] else dense_f for i in layers)
+                    again += sum(forward[pattern[i]] for i in layers)
             cached = self.search.recomputed_cache[key] = again / total
         return cached
 
@@ -104,14 +110,19 @@ class LayoutCost:
 
         tp_bytes = 0.0
         if tp > 1:                                     # attention blocks and dense MLP blocks
-            tp_bytes += (dense_layers + moe_layers + dense_layers) * 4 * (tp - 1) / tp * x
+            blocks = (dense_layers + moe_layers + dense_layers) if model.tp_blocks is None else model.tp_blocks / pp
+            tp_bytes += blocks * 4 * (tp - 1) / tp * x
         if etp > 1 and moe_layers:
             tp_bytes += moe_layers * 4 * (etp - 1) / etp * x * model.topk
         tp_bytes *= 1 + 0.5 * again
         cp_bytes = 0.0
         if cp > 1:
             kv = tokens_per_step * model.kv_width * model.act_bytes / tp
-            cp_bytes = (dense_layers + moe_layers) * (cp - 1) * kv * (3 + again)
+            ring = (dense_layers + moe_layers) if model.cp_ring_layers is None else model.cp_ring_layers / pp
+            cp_bytes = ring * (cp - 1) * kv * (3 + again)
+            if model.mamba_layers:
+                cp_bytes += (model.mamba_layers / pp * 2 * (cp - 1) / cp * tokens_per_step * model.mamba_a2a_width / tp
+                             * model.act_bytes * (1 + 0.5 * again))
         ep_bytes = 0.0
         if ep > 1 and moe_layers:
             tokens = tokens_per_step / (tp if sp else 1)
@@ -155,6 +166,11 @@ class ProxyModel:
     layer_forward_share: float     # the decoder layers' forward flops / step flops
     core_attention_share: float    # the core attention's forward flops / step flops
     layer_forward: tuple[float, float]   # forward flops per token of a (dense, MoE) layer
+    kind_forward: tuple = ()             # (layer kind, forward flops per token) per _Search.layer_kinds kind
+    tp_blocks: int | None = None         # hybrid: layers with a TP block (None: GPT's 2 per dense layer, 1 per MoE)
+    cp_ring_layers: int | None = None    # hybrid: attention layers (None: every layer)
+    mamba_layers: int = 0
+    mamba_a2a_width: int = 0             # zxBCdt + d_inner elements per token at tp 1
 
 
 def proxy_model(search: "_Search") -> ProxyModel:
@@ -162,7 +178,8 @@ def proxy_model(search: "_Search") -> ProxyModel:
 
     config = search.reference
     m = config.model
-    pattern = search.layer_pattern()
+    pattern = search.layer_kinds()
+    hybrid = m.hybrid is not None
     s = config.training.seq_length
     a = m.num_attention_heads
     if m.mla is not None:
@@ -179,8 +196,9 @@ def proxy_model(search: "_Search") -> ProxyModel:
     dense_params = expert_params = 0
     for kind in sorted(set(pattern)):
         dense, expert, _, _ = search.layer_counts(1, 1, 1, kind)
-        active = dense + (expert * m.moe.router_topk / m.moe.num_experts if kind else 0)
-        forward[kind] = 2 * active + core
+        active = dense + (expert * m.moe.router_topk / m.moe.num_experts if expert else 0)
+        # A hybrid's Mamba, MLP and MoE layers have no core attention (the scan is not counted).
+        forward[kind] = 2 * active + (core if not hybrid or kind in ("*", "+") else 0)
         dense_params += pattern.count(kind) * dense
         expert_params += pattern.count(kind) * expert
     output = m.padded_vocab_size * m.hidden_size
@@ -190,6 +208,10 @@ def proxy_model(search: "_Search") -> ProxyModel:
         c = count(mtp_tensors(one, j))
         dense_params += c.dense
         expert_params += c.expert
+        if hybrid:      # its own pattern (eh_proj among its parameters)
+            mtp_forward += (2 * (c.dense + (c.expert * m.moe.router_topk / m.moe.num_experts if m.moe else 0))
+                            + core * sum(k in ("*", "+") for k in m.hybrid.mtp_kinds) + 2 * output)
+            continue
         mtp_forward += forward[pattern[-1]] + 2 * 2 * m.hidden_size * m.hidden_size + 2 * output
     layers_forward = sum(forward[k] * pattern.count(k) for k in forward)
     step_per_token = 3 * (layers_forward + 2 * output + mtp_forward)
@@ -198,12 +220,21 @@ def proxy_model(search: "_Search") -> ProxyModel:
         seq_length=s, hidden=m.hidden_size, act_bytes=2 if prec.params_dtype != "fp32" else 4,
         param_bytes=DTYPE_BYTES[prec.params_dtype], grad_bytes=DTYPE_BYTES[prec.main_grads_dtype],
         kv_width=kv_width, topk=m.moe.router_topk if m.moe else 0,
-        dense_layers=pattern.count(False), moe_layers=pattern.count(True),
+        dense_layers=search.layer_pattern().count(False), moe_layers=search.layer_pattern().count(True),
         dense_params=dense_params, expert_params=expert_params,
         flops_per_gpu=step_per_token * search.gbs * s / search.world,
         layer_forward_share=layers_forward / step_per_token,
-        core_attention_share=core * m.num_layers / step_per_token,
-        layer_forward=(forward.get(False, 0.0), forward.get(True, 0.0)),
+        core_attention_share=core * (sum(k in ("*", "+") for k in pattern) if hybrid else m.num_layers) / step_per_token,
+        layer_forward=(forward.get(False, 0.0), forward.get(True, 0.0)), kind_forward=tuple(forward.items()),
+        **(_hybrid_proxy_terms(m) if hybrid else {}),
     )
+
+
+def _hybrid_proxy_terms(m) -> dict:
+    """The hybrid ``ProxyModel`` fields: layers counted by kind (the module docstring)."""
+    hy, kinds = m.hybrid, m.hybrid.layer_kinds
+    return {"tp_blocks": sum(k != "E" for k in kinds), "cp_ring_layers": sum(k in ("*", "+") for k in kinds),
+            "mamba_layers": kinds.count("M"),
+            "mamba_a2a_width": 2 * hy.d_inner + 2 * hy.num_groups * hy.state_dim + hy.num_heads + hy.d_inner}
 
 

@@ -85,7 +85,7 @@ class LayoutFamily:
     stages of one structure (``groups``) and the schedule's settings."""
 
     def __init__(self, search: "_Search", stages: tuple[StageLayout, ...], derived: Mapping):
-        pattern = search.layer_pattern()
+        pattern = search.pattern
         self.stages = stages
         self.vpp = derived.get("virtual_pipeline_model_parallel_size")
         self.group_size = derived["microbatch_group_size_per_vp_stage"]
@@ -108,13 +108,14 @@ class LayoutFamily:
 class LayoutActivations:
     """``stage_terms`` of every stage structure under one (tp, cp, etp, micro batch, sequence
     parallel, selective recompute modules) choice, on a configuration with it.  A layer's bytes
-    depend on the layer only through its kind (dense or MoE) and on recompute only through the
+    depend on the layer only through its kind (dense or MoE; a hybrid layer's symbol: Mamba,
+    attention, MLP, MoE; ``_Search.kinds``) and on recompute only through the
     selective modules; full recompute changes which layers are kept whole
     (``_Search.recompute_grouping``), so its variants share this record."""
 
     def __init__(self, search: "_Search", cfg):
         self.search, self.cfg = search, cfg
-        self._layers: dict[bool, int] = {}
+        self._layers: dict = {}
         self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
         self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
         self._deferred: dict[int, int] = {}
@@ -122,7 +123,7 @@ class LayoutActivations:
         self.embedding = act.embedding_activations(cfg)
         self.loss_kept = act.loss_activations(cfg)[0]
         self._mtp: int | None = None
-        self._kinds: tuple[int, int] | None = None
+        self._kinds: tuple[int, ...] | None = None
         self.shared = stage_model.shared_terms(cfg, search.overheads, search.env)
 
     def layer(self, index: int) -> int:
@@ -140,12 +141,12 @@ class LayoutActivations:
         value = self._chunks.get(key)
         if value is None:
             whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
-            dense, moe = self.kind_bytes()
-            kept = whole[0] * dense + whole[1] * moe + groups[0] * self.layer_input
+            per_kind = self.kind_bytes()
+            kept = sum(n * b for n, b in zip(whole, per_kind)) + groups[0] * self.layer_input
             # --cpu-offloading-num-layers: the chunk's first layers live on the host (validation
             # excludes recompute with it, so they are all whole layers).
             kept -= sum(self.layer(i) for i in chunk.layers[:self.cfg.training.cpu_offloading_num_layers])
-            recompute_peak = max((d * dense + m * moe for d, m in groups[1]), default=0)
+            recompute_peak = max((sum(n * b for n, b in zip(counts, per_kind)) for counts in groups[1]), default=0)
             if chunk.pre_process:
                 kept += self.embedding
             if chunk.post_process:
@@ -157,13 +158,11 @@ class LayoutActivations:
             value = self._chunks[key] = stage_model.ChunkActivations(kept, recompute_peak)
         return value
 
-    def kind_bytes(self) -> tuple[int, int]:
-        """Bytes one dense and one MoE layer keep (0 for a kind the model does not have)."""
+    def kind_bytes(self) -> tuple[int, ...]:
+        """Bytes one layer of each kind keeps (``_Search.kinds`` order)."""
         if self._kinds is None:
             pattern = self.search.pattern
-            dense = self.layer(pattern.index(False)) if False in pattern else 0
-            moe = self.layer(pattern.index(True)) if True in pattern else 0
-            self._kinds = (dense, moe)
+            self._kinds = tuple(self.layer(pattern.index(kind)) for kind in self.search.kinds)
         return self._kinds
 
     def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
@@ -232,7 +231,7 @@ class LayoutMemory:
             ns = dict(self._derived)
             ns.update(expert_overlay(self.layout.ep, self.layout.etp))
             self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env,
-                                        run=self.search.run_context)
+                                        run=self.search.run_context, family=self.search.family_name)
         return self._config
 
     def states_exceed(self, do: bool) -> bool:

@@ -31,7 +31,7 @@ from megatron_estimator.planner.candidates import Verifier, candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
 from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
 from megatron_estimator.planner.space import (
-    PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
+    PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, extra_dests, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
     BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
@@ -117,13 +117,23 @@ class _Search:
         self.raw = RawArgs(settings, inp.raw.source)
         self.namespace = dict(flag_table().defaults())
         self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
+        # The model family (a hybrid Mamba model is laid out by its pattern: planner/hybrid.py)
+        # and what validate_args derives from a hybrid layer pattern, as resolve_config does.
+        from megatron_estimator.config.hybrid import normalize_namespace
+        from megatron_estimator.inputs.entry_script import model_family
+
+        model = model_family(inp.raw, getattr(inp, "entry", None))
+        self.family_name = model.name
+        normalize_namespace(self.namespace)
         self.moe = bool(self.namespace.get("num_experts"))
         self.reference, self.base_problems = validate_model(
             inp.raw, self.raw, self.namespace, environ, compute_capability=self.compute_capability,
-            flash_attn=overheads.flash_attn, job_environment=job_environment)
+            flash_attn=overheads.flash_attn, job_environment=job_environment, family=model)
         self.user_pipeline = user_pipeline_choice(inp.raw)
         self._proxy_model: ProxyModel | None = None
-        self.pattern: tuple[bool, ...] | None = None   # per decoder layer: MoE or not
+        # Per decoder layer its kind (layer_kinds), and the distinct kinds in order.
+        self.pattern: tuple | None = None
+        self.kinds: tuple = ()
 
         # caches shared by all layouts
         self._vocab: dict[int, Any] = {}
@@ -148,6 +158,11 @@ class _Search:
 
     def families(self) -> Iterator[tuple[int, int, int, PipelineChoice]]:
         """(tp, cp, pp, split) of every layout family."""
+        if self.family_name == "hybrid":
+            from megatron_estimator.planner.hybrid import hybrid_pipeline_choices
+
+            return layout_families(self.namespace, self.world, self.space, self.user_pipeline,
+                                   hybrid_pipeline_choices(self.namespace))
         return layout_families(self.namespace, self.world, self.space, self.user_pipeline)
 
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
@@ -248,29 +263,31 @@ class _Search:
             from megatron_estimator.config.typed import build_config
             from megatron_estimator.model.layout import pipeline_stages
 
-            config = build_config(derived, self.vocabulary(tp), "plan", self.env, run=self.run_context)
+            config = build_config(derived, self.vocabulary(tp), "plan", self.env, run=self.run_context,
+                                  family=self.family_name)
             if self.reference is None:
                 self.reference = config
             if self.pattern is None:
-                self.pattern = self.layer_pattern()
+                self.pattern = self.layer_kinds()
+                self.kinds = tuple(sorted(set(self.pattern), key=repr))
             family = self._families[key] = LayoutFamily(self, pipeline_stages(config), derived)
         return family
 
     def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk) -> tuple[tuple[int, int], tuple[int, tuple]]:
         """model/stage.py ``recompute_groups`` of a chunk under this recompute choice, counted
-        by layer kind: ((dense, MoE) layers kept whole, (number of groups, distinct (dense, MoE)
-        group counts))."""
+        by layer kind (``kinds``: dense and MoE, or a hybrid's symbols): (layers of each kind
+        kept whole, (number of groups, distinct per-kind group counts))."""
         key = (rec, chunk_id)
         value = self._groupings.get(key)
         if value is None:
             cfg = replace(cfg, training=replace(cfg.training, recompute_granularity=rec.granularity,
                                                 recompute_method=rec.method, recompute_num_layers=rec.num_layers))
             groups, whole = stage_model.recompute_groups(cfg, chunk.layers)
-            pattern = self.pattern
+            pattern, all_kinds = self.pattern, self.kinds
 
-            def kinds(layers) -> tuple[int, int]:
-                moe = sum(1 for i in layers if pattern[i])
-                return len(layers) - moe, moe
+            def kinds(layers) -> tuple[int, ...]:
+                found = [pattern[i] for i in layers]
+                return tuple(found.count(k) for k in all_kinds)
 
             value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
         return value
@@ -300,19 +317,32 @@ class _Search:
             return model.moe.layer_pattern if model.moe is not None else (False,) * model.num_layers
         from megatron_estimator.config.typed import expand_moe_layer_freq
 
+        if self.family_name == "hybrid":
+            return tuple(kind == "E" for kind in self.layer_kinds())
         if not ns.get("num_experts"):
             return (False,) * ns["num_layers"]
         return expand_moe_layer_freq(ns.get("moe_layer_freq", 1), ns["num_layers"])
 
-    def layer_counts(self, tp: int, ep: int, etp: int, moe_layer: bool) -> tuple[int, int, int, int]:
+    def layer_kinds(self) -> tuple:
+        """Per decoder layer its kind: a hybrid model's pattern symbols (config/hybrid.py),
+        else whether it is a MoE layer (``layer_pattern``)."""
+        if self.family_name != "hybrid":
+            return self.layer_pattern()
+        if self.reference is not None:
+            return self.reference.model.hybrid.layer_kinds
+        from megatron_estimator.config.hybrid import parse_pattern
+
+        return tuple(parse_pattern(self.namespace["hybrid_pattern_unified"])[0].layers)
+
+    def layer_counts(self, tp: int, ep: int, etp: int, moe_layer) -> tuple[int, int, int, int]:
         """(dense elements, expert elements, dense tensors, expert tensors) one GPU holds of a
-        decoder layer of this kind (model/parameters.py ``layer_tensors``)."""
+        decoder layer of this kind (``layer_kinds``; model/parameters.py ``layer_tensors``)."""
         key = (tp, ep, etp, moe_layer)
         counts = self._layer_counts.get(key)
         if counts is None:
             from megatron_estimator.model.parameters import layer_tensors
 
-            index = self.layer_pattern().index(moe_layer)
+            index = self.layer_kinds().index(moe_layer)
             config = replace(self.reference, parallel=ParallelDims(self.world, tp, 1, 1, ep, etp))
             counts = self._layer_counts[key] = census(layer_tensors(config, index, ""))
         return counts
@@ -330,7 +360,7 @@ class _Search:
             for expert, shard in ((False, dims.dp * dims.cp), (True, dims.edp)):
                 size = 64 * math.lcm(shard, 128) * 4096
                 per_kind = []
-                for kind in ("linear", "norm", "bias", "embedding", "router"):
+                for kind in ("linear", "norm", "bias", "embedding", "router") + (("conv",) if "M" in self.kinds else ()):
                     st = model_states(config, [[ParamTensor("probe", size, expert, kind)]])
                     total = st.weights + st.gradients + st.optimizer_states
                     per_kind.append((total / size, (total + 8) / size))   # the probe's own truncation
@@ -421,9 +451,19 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     chosen = _best(run.fits, top)
     candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
-    if run.base_problems:
+    base_problems = run.base_problems
+    if run.family_name == "hybrid":
+        from megatron_estimator.planner.hybrid import default_layout_problems, pipe_free_note
+
+        best = chosen[0].memory if chosen else None
+        note = (pipe_free_note(run.namespace, best.family.stages)
+                if best is not None and not extra_dests(best.layout.pipeline) else None)
+        if note is not None:
+            notes.append(note)
+        base_problems = default_layout_problems(run.namespace, base_problems)
+    if base_problems:
         notes.append("with Megatron's default layout the input fails validation: "
-                     + "; ".join(f"{p.location}: {p.message}" for p in run.base_problems))
+                     + "; ".join(f"{p.location}: {p.message}" for p in base_problems))
     return Plan(
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
         budget_bytes=budget, budget_source=budget_source, candidates=candidates,
@@ -474,7 +514,7 @@ def layouts(inp, *, world_size: int, global_batch_size: int, environ: Mapping[st
                                          "micro_batch_size": mbs, "global_batch_size": global_batch_size,
                                          "use_distributed_optimizer": do, "sequence_parallel": sp})
                         settings.update(rec.settings())
-                        yield {d: settings.get(d) for d in PLANNED_DESTS}
+                        yield {d: settings.get(d) for d in PLANNED_DESTS + extra_dests(pipeline)}
 
 
 class NoValidLayout(InvalidInput):

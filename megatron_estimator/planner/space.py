@@ -15,7 +15,7 @@ The space (``results.plan.SearchSpace``; each bound is a field):
   they divide, else with ``--decoder-first/last-pipeline-num-layers`` (a balanced middle,
   the first and last stages no heavier), else with a balanced
   ``--pipeline-model-parallel-layout``; the user's own split is one more choice for the
-  user's pp;
+  user's pp; a hybrid model's splits are its pattern's (planner/hybrid.py);
 - micro batch sizes ``micro_batch_sizes``; sequence parallel on and off when tp > 1;
   recompute none, selective ``core_attn``, full uniform (one layer per group), full block
   with ``block_recompute_fractions`` of a model chunk's layers; distributed optimizer off/on.
@@ -176,12 +176,23 @@ def family_settings(tp: int, cp: int, pp: int, pipeline: PipelineChoice) -> dict
                 "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
                 "recompute_activations": False, "distribute_saved_activations": False})
     out.update(dict(pipeline.settings))
+    if pipeline.settings and "hybrid_layer_pattern" in out:
+        # A hybrid pattern re-split into '|' segments (planner/hybrid.py): what validate_args
+        # derives from it (config/hybrid.py normalize_namespace keeps the unified pattern).
+        out["hybrid_pattern_unified"] = out["hybrid_layer_pattern"]
     return out
 
 
+def extra_dests(pipeline: PipelineChoice) -> tuple[str, ...]:
+    """The settings a split changes besides ``PLANNED_DESTS``: a hybrid model's re-split
+    layer pattern (planner/hybrid.py); none for a GPT decoder's."""
+    return tuple(d for d, _ in pipeline.settings if d not in PLANNED_DESTS)
+
+
 def layout_families(namespace: Mapping[str, Any], world: int, space: SearchSpace,
-                    user_pipeline: PipelineChoice | None) -> Iterator[tuple[int, int, int, PipelineChoice]]:
-    """(tp, cp, pp, split) of every layout family."""
+                    user_pipeline: PipelineChoice | None, splits=None) -> Iterator[tuple[int, int, int, PipelineChoice]]:
+    """(tp, cp, pp, split) of every layout family.  ``splits`` (pp, max virtual stages) -> the
+    splits, when not ``pipeline_choices`` (a hybrid model's: planner/hybrid.py)."""
     num_layers = namespace.get("num_layers") or 1
     mtp = namespace.get("mtp_num_layers") or 0
     for tp in divisors(world):
@@ -193,7 +204,8 @@ def layout_families(namespace: Mapping[str, Any], world: int, space: SearchSpace
             for pp in divisors(world // (tp * cp)):
                 if pp > num_layers:
                     break
-                choices = pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages)
+                choices = (pipeline_choices(num_layers, mtp, pp, space.max_virtual_stages) if splits is None
+                           else splits(pp, space.max_virtual_stages))
                 if user_pipeline is not None and user_pipeline.pp == pp and user_pipeline.settings not in [
                         c.settings for c in choices]:
                     choices.insert(0, user_pipeline)

@@ -50,10 +50,12 @@ def layout_rules(job_environment: bool) -> tuple[tuple, frozenset]:
 
 
 def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], environ: Mapping[str, str], *,
-                   compute_capability: float | None, flash_attn: str | None, job_environment: bool):
+                   compute_capability: float | None, flash_attn: str | None, job_environment: bool,
+                   family=None):
     """Validate the input once, as ``estimate`` does: the types and ranges of everything the
     user gave (``given``), then the model alone (``raw``: the input without its layout, on one
-    GPU with Megatron's default layout) through ``config.resolve.resolve_config``.  Returns (its
+    GPU with Megatron's default layout) through ``config.resolve.resolve_config`` (``family``: the
+    ``ModelFamily`` it is of, as ``estimate`` tells it).  Returns (its
     EstimatorConfig or None, the problems of the default layout); raises InvalidInput for
     problems of the model, which no layout removes."""
     from megatron_estimator.config.resolve import resolve_config
@@ -67,7 +69,7 @@ def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], e
     try:
         return resolve_config(raw, world_size=1, world_size_source="plan", environ=environ,
                               compute_capability=compute_capability, flash_attn=flash_attn, resume="no",
-                              job_environment=job_environment), ()
+                              job_environment=job_environment, family=family), ()
     except InvalidInput as err:
         # Problems of the default layout may vanish with another one; those of the model do not.
         if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
