@@ -47,11 +47,39 @@ from megatron_estimator.model.layout import ModelChunk
 
 
 class ParamTensor(NamedTuple):
-    """One parameter tensor on one GPU (a named tuple: an estimate makes thousands)."""
+    """A parameter tensor on one GPU, or ``count`` identical ones (a named tuple).
+
+    The local experts of a MoE layer are one block of records: each record of the block
+    (expert e's fc1 weight, its bias, fc2 weight, bias) has ``span`` = the block's length and
+    ``count`` = the local experts, and stands for that tensor of every local expert; in
+    module order the block repeats ``count`` times (expert 0's tensors, expert 1's, ...).
+    Sums over records weigh each by ``count`` (``count``, ``expanded``); the distributed
+    optimizer's layout walks a block as ``count`` repeats (model/states.py
+    ``_buffer_numel``).  So an estimate's records do not grow with the number of experts."""
     name: str
-    numel: int          # elements on one GPU
+    numel: int          # elements of one such tensor on one GPU
     expert: bool = False
     kind: str = "linear"    # linear (a GEMM weight TE can run in fp8) | bias | norm | embedding | router
+    count: int = 1      # identical tensors this record stands for (the local experts)
+    span: int = 1       # records of the block that repeats ``count`` times (1: no block)
+
+
+def expanded(tensors: list[ParamTensor]) -> list[ParamTensor]:
+    """The tensors one record each, in module order (each block's repeats written out,
+    ``.E.`` in a name made ``.0.``, ``.1.``, ...): what the grouped records stand for."""
+    out: list[ParamTensor] = []
+    i = 0
+    while i < len(tensors):
+        t = tensors[i]
+        if t.span == 1 and t.count == 1:
+            out.append(t)
+            i += 1
+            continue
+        block = tensors[i:i + t.span]
+        for e in range(t.count):
+            out += [ParamTensor(b.name.replace(".E.", f".{e}."), b.numel, b.expert, b.kind) for b in block]
+        i += t.span
+    return out
 
 
 def _norm(name: str, size: int, normalization: str) -> list[ParamTensor]:
@@ -129,9 +157,11 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
         return tensors
     p = config.parallel
     tensors += _linear(prefix + "mlp.router", h, moe.num_experts, m.add_bias_linear)
-    for e in range(moe.num_experts // p.ep):
-        tensors += _mlp(f"{prefix}mlp.experts.{e}.", h, moe.ffn_hidden_size, m.gated_linear_unit,
-                        m.add_bias_linear, p.etp, expert=True)
+    # The local experts: one block of records standing for every local expert (ParamTensor).
+    block = _mlp(f"{prefix}mlp.experts.E.", h, moe.ffn_hidden_size, m.gated_linear_unit,
+                 m.add_bias_linear, p.etp, expert=True)
+    local = moe.num_experts // p.ep
+    tensors += [t._replace(count=local, span=len(block)) for t in block]
     if moe.shared_expert_intermediate_size:
         tensors += _mlp(prefix + "mlp.shared_experts.", h, moe.shared_expert_intermediate_size,
                         m.gated_linear_unit, m.add_bias_linear, p.tp, expert=False)
@@ -231,6 +261,10 @@ class ParameterCount:
 
 
 def count(tensors: list[ParamTensor]) -> ParameterCount:
-    dense = sum(t.numel for t in tensors if not t.expert)
-    expert = sum(t.numel for t in tensors if t.expert)
+    dense = expert = 0
+    for t in tensors:
+        if t.expert:
+            expert += t.numel * t.count
+        else:
+            dense += t.numel * t.count
     return ParameterCount(dense, expert)

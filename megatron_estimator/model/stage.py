@@ -370,7 +370,7 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
                     continue
                 if t.name.startswith("embedding.") and not chunk.pre_process:
                     continue  # the MTP stage's copy of the embedding
-                total += t.numel * _replication_factor(config, t.name, t.expert)
+                total += t.numel * t.count * _replication_factor(config, t.name, t.expert)
     return total
 
 
