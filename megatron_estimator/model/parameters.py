@@ -40,6 +40,7 @@ from):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig
@@ -171,9 +172,28 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
 
 
 def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str) -> list[ParamTensor]:
-    if config.model.hybrid is not None and layer_index is not None:
-        return hybrid_layer_tensors(config, config.model.hybrid.layer_kinds[layer_index], prefix)
-    return attention_tensors(config, prefix) + mlp_tensors(config, prefix, layer_index)
+    """One decoder layer's tensors on one GPU, their names under ``prefix``: the records of
+    its kind (``_layer_template``: a GPT layer, dense or MoE, or a hybrid pattern symbol)."""
+    hybrid, moe = config.model.hybrid, config.model.moe
+    if hybrid is not None and layer_index is not None:
+        kind: str | bool = hybrid.layer_kinds[layer_index]
+    else:
+        kind = moe is not None and (layer_index is None or moe.layer_pattern[layer_index])
+    return _prefixed(prefix, _layer_template(config, kind))
+
+
+@lru_cache(maxsize=1024)
+def _layer_template(config: EstimatorConfig, kind: str | bool) -> tuple[ParamTensor, ...]:
+    """The records of a decoder layer of this kind (a hybrid symbol, or whether a GPT layer
+    is MoE), named from the layer: every layer of a kind holds the same tensors."""
+    if isinstance(kind, str):
+        return tuple(hybrid_layer_tensors(config, kind, ""))
+    return tuple(attention_tensors(config, "") + mlp_tensors(config, "", None, moe_layer=kind))
+
+
+def _prefixed(prefix: str, template: tuple[ParamTensor, ...]) -> list[ParamTensor]:
+    make = tuple.__new__        # ParamTensor's fields as they are, the name under ``prefix``
+    return [make(ParamTensor, (prefix + t[0],) + t[1:]) for t in template]
 
 
 def mamba_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
@@ -234,6 +254,11 @@ def mtp_tensors(config: EstimatorConfig, index: int) -> list[ParamTensor]:
 
 def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTensor]:
     """Every parameter tensor one GPU of this model chunk holds, in module order."""
+    return list(_chunk_records(config, chunk))
+
+
+@lru_cache(maxsize=4096)
+def _chunk_records(config: EstimatorConfig, chunk: ModelChunk) -> tuple[ParamTensor, ...]:
     tensors: list[ParamTensor] = []
     if chunk.embedding:
         tensors += embedding_tensors(config)
@@ -247,7 +272,7 @@ def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTenso
         tensors.append(ParamTensor("output_layer.weight",
                                    config.model.padded_vocab_size // config.parallel.tp * config.model.hidden_size,
                                    kind="embedding"))
-    return tensors
+    return tuple(tensors)
 
 
 @dataclass(frozen=True)

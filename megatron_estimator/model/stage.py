@@ -198,6 +198,14 @@ def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> S
     return StageStates(model_states(config, tensors), load_exchange_bytes(config, tensors))
 
 
+@lru_cache(maxsize=4096)
+def stage_parameters(config: EstimatorConfig, stage: StageLayout) -> tuple[int, StageStates]:
+    """(parameters, ``stage_states``) of one stage: a function of the configuration and the
+    stage's structure alone (memoised on them, like the activations)."""
+    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    return sum(count(t).total for t in tensors), stage_states(config, tensors)
+
+
 class StageTerms(NamedTuple):
     """A stage's bytes besides its model states before the schedule multiplies them: each
     chunk's activations per microbatch, the largest transient and the workspaces, batch and
@@ -289,9 +297,9 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     (``layout.microbatches_in_flight``)."""
     p = config.parallel
     if tensors is None:
-        tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
-    params = sum(count(t).total for t in tensors)
-    held_states = stage_states(config, tensors)
+        params, held_states = stage_parameters(config, stage)
+    else:
+        params, held_states = sum(count(t).total for t in tensors), stage_states(config, tensors)
     states = held_states.states
 
     terms = stage_terms(config, stage, overheads, environ)
@@ -361,7 +369,18 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
     """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
     output-layer copy on the last stage not counted twice)."""
     if stage_tensors is None:
-        stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+        return _total_parameters(config, stages)
+    return _parameters_of(config, stages, stage_tensors)
+
+
+@lru_cache(maxsize=256)
+def _total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
+    return _parameters_of(config, stages, [[chunk_tensors(config, chunk) for chunk in stage.chunks]
+                                           for stage in stages])
+
+
+def _parameters_of(config: EstimatorConfig, stages: tuple[StageLayout, ...],
+                   stage_tensors: list[list[list[ParamTensor]]]) -> int:
     total = 0
     for stage, chunks_tensors in zip(stages, stage_tensors):
         for chunk, tensors in zip(stage.chunks, chunks_tensors):
