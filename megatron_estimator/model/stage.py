@@ -50,8 +50,10 @@ def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) ->
     return chunk_activation_bytes(config, chunk, imbalance).kept
 
 
+@lru_cache(maxsize=4096)
 def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> ChunkActivations:
-    """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization."""
+    """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization
+    (memoised on the configuration and the chunk, like each layer's activations)."""
     groups, whole = recompute_groups(config, chunk.layers)
     # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
     # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
@@ -288,8 +290,10 @@ def device_bytes(allocated: int, fixed: int, fragmentation: float) -> int:
 
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
                    environ: Mapping[str, str], budget: int | None,
-                   tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
-    """One stage's estimate; ``tensors`` (one list per model chunk) when already built.
+                   tensors: list[list[ParamTensor]] | None = None,
+                   shared: SharedTerms | None = None) -> StageEstimate:
+    """One stage's estimate; ``tensors`` (one list per model chunk) when already built, and
+    ``shared`` (``shared_terms`` of the configuration, the same for every stage) when known.
 
     It adds three parts, each a function of its own inputs (the planner memoises each on
     what it reads): the model states (``stage_states``), the activations and transients
@@ -302,7 +306,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         params, held_states = sum(count(t).total for t in tensors), stage_states(config, tensors)
     states = held_states.states
 
-    terms = stage_terms(config, stage, overheads, environ)
+    terms = stage_terms(config, stage, overheads, environ, shared=shared)
     weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
