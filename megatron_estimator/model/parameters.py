@@ -173,17 +173,21 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
 
 def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str) -> list[ParamTensor]:
     """One decoder layer's tensors on one GPU, their names under ``prefix``: the records of
-    its kind (``_layer_template``: a GPT layer, dense or MoE, or a hybrid pattern symbol)."""
+    its kind (``layer_template``: a GPT layer, dense or MoE, or a hybrid pattern symbol)."""
+    return _prefixed(prefix, layer_template(config, layer_kind(config, layer_index)))
+
+
+def layer_kind(config: EstimatorConfig, layer_index: int | None) -> str | bool:
+    """What decides a decoder layer's tensors: its hybrid pattern symbol, else whether it is
+    a MoE layer (``layer_index`` None: the MoE layer of a MoE model)."""
     hybrid, moe = config.model.hybrid, config.model.moe
     if hybrid is not None and layer_index is not None:
-        kind: str | bool = hybrid.layer_kinds[layer_index]
-    else:
-        kind = moe is not None and (layer_index is None or moe.layer_pattern[layer_index])
-    return _prefixed(prefix, _layer_template(config, kind))
+        return hybrid.layer_kinds[layer_index]
+    return moe is not None and (layer_index is None or moe.layer_pattern[layer_index])
 
 
 @lru_cache(maxsize=1024)
-def _layer_template(config: EstimatorConfig, kind: str | bool) -> tuple[ParamTensor, ...]:
+def layer_template(config: EstimatorConfig, kind: str | bool) -> tuple[ParamTensor, ...]:
     """The records of a decoder layer of this kind (a hybrid symbol, or whether a GPT layer
     is MoE), named from the layer: every layer of a kind holds the same tensors."""
     if isinstance(kind, str):

@@ -14,6 +14,7 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Mapping, NamedTuple
 
@@ -23,7 +24,7 @@ from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryByte
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
-from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count
+from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count, layer_kind, layer_template
 from megatron_estimator.model.states import ModelStates, model_states
 
 
@@ -379,8 +380,22 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
 
 @lru_cache(maxsize=256)
 def _total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
-    return _parameters_of(config, stages, [[chunk_tensors(config, chunk) for chunk in stage.chunks]
-                                           for stage in stages])
+    # Each decoder layer by its kind's records (their replication does not depend on the
+    # layer's name prefix), the rest of each chunk (embeddings, final norm, MTP, output) as
+    # its own records: the same sum as over every chunk's records.
+    total = 0
+    for stage in stages:
+        for chunk in stage.chunks:
+            rest = replace(chunk, layers=())
+            total += _parameters_of(config, ((StageLayout(stage.pp_rank, (rest,))),), [[chunk_tensors(config, rest)]])
+            total += sum(_layer_parameters(config, layer_kind(config, i)) for i in chunk.layers)
+    return total
+
+
+@lru_cache(maxsize=1024)
+def _layer_parameters(config: EstimatorConfig, kind: str | bool) -> int:
+    """Parameters of the whole model's copy of one decoder layer of this kind."""
+    return sum(t.numel * t.count * _replication_factor(config, t.name, t.expert) for t in layer_template(config, kind))
 
 
 def _parameters_of(config: EstimatorConfig, stages: tuple[StageLayout, ...],
@@ -430,8 +445,6 @@ def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:
     (a dense model, or the group is ep_dp already)."""
     if config.model.moe is None or config.checkpoint.load_process_group == "ep_dp":
         return None
-    from dataclasses import replace
-
     ep_dp = replace(config, checkpoint=replace(config.checkpoint, load_process_group="ep_dp"))
     return max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
                for stage in pipeline_stages(ep_dp))
