@@ -149,6 +149,7 @@ def test_grouped_records_give_the_integers_of_one_record_per_expert(text, world,
     flat = [[expanded(tensors) for tensors in chunks] for chunks in grouped]
     assert any(t.count > 1 for chunks in grouped for tensors in chunks for t in tensors)
     assert total_parameters(config, stages, grouped) == total_parameters(config, stages, flat)
+    assert total_parameters(config, stages) == total_parameters(config, stages, flat)    # by layer kind
     opt, p = config.optimizer, config.parallel
     bucket = (opt.ddp_bucket_size or max(40_000_000, 1_000_000 * p.dp * p.cp)) if opt.overlap_grad_reduce else None
     instances = max(opt.num_distributed_optimizer_instances, 1)
@@ -202,3 +203,32 @@ def test_records_and_linear_calls_do_not_grow_with_the_experts(monkeypatch, grou
                     if t.name.startswith("decoder.layers.0.mlp.experts.") and t.name.endswith("linear_fc1.weight"))
         assert local == experts // 2
     assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("extra,world", [
+    ("", 1),
+    ("--pipeline-model-parallel-size 2", 2),                                   # tied: the output copy
+    ("--tensor-model-parallel-size 2 --untie-embeddings-and-output-weights", 2),
+    ("--position-embedding-type rope --mtp-num-layers 2 --pipeline-model-parallel-size 2", 2),
+    ("--num-experts 4 --moe-layer-freq [1,0,1,0] --expert-model-parallel-size 2 "
+     "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate", 2),
+])
+def test_the_total_by_layer_kind_is_the_sum_over_every_record(extra, world):
+    # model/stage.py total_parameters without records counts each decoder layer by its
+    # kind's records; with them it sums every record of every chunk.
+    config = resolve(TINY_GPT, world, extra=extra)
+    stages = pipeline_stages(config)
+    records = [[expanded(chunk_tensors(config, chunk)) for chunk in stage.chunks] for stage in stages]
+    assert total_parameters(config, stages) == total_parameters(config, stages, records)
+
+
+def test_the_total_by_layer_kind_of_a_hybrid_model():
+    from test_hybrid import config as hybrid_config
+
+    for pattern, extra, world in (("M*M-", "", 1), ("M*-E", "--num-experts 4", 1),
+                                  ("M*M-/MM", "--position-embedding-type rope", 1),
+                                  ("M*|M-", "--pipeline-model-parallel-size 2", 2)):
+        config = hybrid_config(pattern, extra, world)
+        stages = pipeline_stages(config)
+        records = [[expanded(chunk_tensors(config, chunk)) for chunk in stage.chunks] for stage in stages]
+        assert total_parameters(config, stages) == total_parameters(config, stages, records), pattern
