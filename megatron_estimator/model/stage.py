@@ -248,11 +248,24 @@ def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overhead
                 chunks: tuple[ChunkActivations, ...] | None = None, shared: SharedTerms | None = None) -> StageTerms:
     """The ``StageTerms`` of one stage; ``chunks`` (``chunk_activation_bytes`` of each model
     chunk) and ``shared`` (``shared_terms`` of the configuration) when already known."""
-    if chunks is None:
-        chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
     if shared is None:
         shared = shared_terms(config, overheads, environ)
-    transients = stage_transients(config, stage, chunks, overheads.compute_capability)
+    if chunks is None:
+        return _stage_terms(config, stage, overheads.compute_capability, shared)
+    return _terms_of(config, stage, chunks, overheads.compute_capability, shared)
+
+
+@lru_cache(maxsize=4096)
+def _stage_terms(config: EstimatorConfig, stage: StageLayout, compute_capability: float,
+                 shared: SharedTerms) -> StageTerms:
+    """``stage_terms`` from the configuration, the stage, the GPU and the shared terms alone."""
+    chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
+    return _terms_of(config, stage, chunks, compute_capability, shared)
+
+
+def _terms_of(config: EstimatorConfig, stage: StageLayout, chunks: tuple[ChunkActivations, ...],
+              compute_capability: float, shared: SharedTerms) -> StageTerms:
+    transients = stage_transients(config, stage, chunks, compute_capability)
     moment = max(transients, key=transients.get)
     transient = transients[moment]
     batch = shared.batch_tensors if (stage.pre_process or stage.post_process) else 0
