@@ -232,3 +232,27 @@ def test_the_total_by_layer_kind_of_a_hybrid_model():
         stages = pipeline_stages(config)
         records = [[expanded(chunk_tensors(config, chunk)) for chunk in stage.chunks] for stage in stages]
         assert total_parameters(config, stages) == total_parameters(config, stages, records), pattern
+
+
+def test_a_repeated_estimate_equals_one_with_the_model_caches_emptied():
+    # The memory model memoises per configuration (chunk records, stage states and terms,
+    # activations): a cached answer must be the one a first estimate computes, and no caller
+    # may change what a cache holds.
+    import functools
+    import gc
+
+    from conftest import estimate
+
+    extra = ("--num-experts 8 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+             "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 5000")
+    first = estimate(TINY_GPT, 8, extra)
+    config = resolve(TINY_GPT, 8, extra=extra)
+    for stage in pipeline_stages(config):
+        for chunk in stage.chunks:
+            chunk_tensors(config, chunk).clear()           # a caller's list is its own
+    again = estimate(TINY_GPT, 8, extra)
+    for cache in [o for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)
+                  and getattr(o, "__module__", "").startswith("megatron_estimator.model")]:
+        cache.cache_clear()
+    fresh = estimate(TINY_GPT, 8, extra)
+    assert first == again == fresh

@@ -261,7 +261,7 @@ def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTenso
     return list(_chunk_records(config, chunk))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)     # a chunk's records (a few hundred bytes each)
 def _chunk_records(config: EstimatorConfig, chunk: ModelChunk) -> tuple[ParamTensor, ...]:
     tensors: list[ParamTensor] = []
     if chunk.embedding:
