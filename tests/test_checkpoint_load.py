@@ -35,8 +35,8 @@ def config_of(extra: str = "", resume: str = "yes", text: str = MOE, world: int 
 def exchange(config):
     stage = pipeline_stages(config)[0]
     tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
-    dense = sum(t.numel for chunk in tensors for t in chunk if not t.expert)
-    expert = sum(t.numel for chunk in tensors for t in chunk if t.expert)
+    dense = sum(t.numel * t.count for chunk in tensors for t in chunk if not t.expert)
+    expert = sum(t.numel * t.count for chunk in tensors for t in chunk if t.expert)
     return load_exchange_bytes(config, tensors), dense, expert
 
 

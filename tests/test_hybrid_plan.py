@@ -51,11 +51,19 @@ CASES = [
      SMALL_SPACE),
     (toy("M*M-M*M-", "--fine-grained-activation-offloading --offload-modules core_attn attn_proj mlp_norm"),
      int(1.7 * GiB), SMALL_SPACE),
+    # 'G' and 'D' layers; with --dsa-indexer-topk-freq 2 layers 2 and 4 reuse the top-k of 1 and 3
+    # and build no indexer (dsa.py is_dsa_skip_topk_layer), so one 'D' layer differs from another.
+    (toy("DDG-|DDG-", "--sequence-parallel --disable-bias-linear --q-lora-rank 24 --kv-lora-rank 16 "
+                      "--qk-head-dim 8 --qk-pos-emb-head-dim 4 --v-head-dim 8 --dsa-indexer-n-heads 2 "
+                      "--dsa-indexer-head-dim 8 --dsa-indexer-topk 4 --dsa-indexer-topk-freq 2 "
+                      "--position-embedding-type rope --linear-num-key-heads 4 --linear-num-value-heads 8 "
+                      "--linear-key-head-dim 8 --linear-value-head-dim 8 --linear-conv-kernel-dim 4"),
+     1_718_400_000, SMALL_SPACE),      # between the fitting layouts' device peaks (1.5999 - 1.6005 GiB)
 ]
 
 
 @pytest.mark.parametrize("text, budget, space", CASES,
-                         ids=["pipe-free", "pipes-moe-mtp", "moe-fsdp", "fp8", "fine-grained-offload"])
+                         ids=["pipe-free", "pipes-moe-mtp", "moe-fsdp", "fp8", "fine-grained-offload", "gdn-dsa-shared-top-k"])
 def test_every_hybrid_layout_agrees_with_the_estimator(text, budget, space):
     searched, valid, codes, fits = brute_force(text, 4, 16, budget, space)
     plan = api.plan(argv(text), world_size=4, global_batch_size=16, budget=budget, top=None, space=space,

@@ -147,7 +147,7 @@ def test_fp8_keeps_weight_copies():
     from megatron_estimator.model.parameters import chunk_tensors
 
     config = resolve(TINY_GPT, extra="--fp8-format hybrid --fp8-recipe tensorwise")
-    linear = sum(t.numel for t in chunk_tensors(config, pipeline_stages(config)[0].chunks[0]) if t.kind == "linear")
+    linear = sum(t.numel * t.count for t in chunk_tensors(config, pipeline_stages(config)[0].chunks[0]) if t.kind == "linear")
     plain = estimate(TINY_GPT).stages[0].bytes.weights
     fp8 = estimate(TINY_GPT, extra="--fp8-format hybrid --fp8-recipe tensorwise").stages[0].bytes.weights
     assert fp8 - plain == 2 * linear                     # row-wise and column-wise fp8 copies

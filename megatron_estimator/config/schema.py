@@ -36,10 +36,34 @@ def _validator(name: str):
     return cls(schema)
 
 
-def _plainly_valid(value: Any, schema: Mapping[str, Any]) -> bool:
+# check_config_schema's answers for scalar settings, by (dest, type, value): the schema is
+# read once, so a setting's answer never changes, and most of an estimate's settings are
+# Megatron's defaults, the same on every estimate.  The type is part of the key (True == 1).
+_SCALARS = (str, int, float, bool, type(None))
+_ANSWERS: dict[tuple[str, type, Any], bool] = {}      # a list's value as a tuple
+_ANSWERS_MAX = 1 << 14
+
+
+def _plainly_valid(value: Any, schema: Mapping[str, Any], dest: str | None = None) -> bool:
     """True only when ``value`` certainly passes ``schema``; otherwise jsonschema decides and
-    reports (core/plain_schema.py).  It spares importing jsonschema on valid inputs."""
-    return plainly_valid(value, schema)
+    reports (core/plain_schema.py).  It spares importing jsonschema on valid inputs.  With
+    ``dest`` (``schema`` is that setting's in config.schema.json) the answer for a scalar or
+    a list of integers (a layer pattern) is kept."""
+    if dest is None:
+        return plainly_valid(value, schema)
+    kind = type(value)
+    if kind is list and all(type(item) is int for item in value):
+        key = (dest, kind, tuple(value))
+    elif kind in _SCALARS:
+        key = (dest, kind, value)
+    else:
+        return plainly_valid(value, schema)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        if len(_ANSWERS) >= _ANSWERS_MAX:
+            _ANSWERS.clear()
+        answer = _ANSWERS[key] = plainly_valid(value, schema)
+    return answer
 
 
 def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:
@@ -48,7 +72,7 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: s
     schema = load_schema("config.schema.json")
     properties = schema["properties"]
     document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
-    if (all(_plainly_valid(value, properties[key]) for key, value in document.items())
+    if (all(_plainly_valid(value, properties[key], key) for key, value in document.items())
             and all(document.get(key) is not None for key in schema.get("required", ()))):
         return []
     problems: list[Problem] = []

@@ -94,6 +94,7 @@ def _load() -> tuple[Mapping[str, str], frozenset[str], Mapping[str, str], Mappi
 # CATEGORIES: category -> what flags in it do.  MODELLED: the dests the estimate reads.
 # NOT_MODELLED: dest -> the assumption to state.  NO_MEMORY_EFFECT: dest -> its category.
 CATEGORIES, MODELLED, NOT_MODELLED, NO_MEMORY_EFFECT = _load()
+_NOT_MODELLED_ORDER = {dest: i for i, dest in enumerate(NOT_MODELLED)}   # the file's order
 
 
 def classify(dest: str) -> str:
@@ -125,11 +126,12 @@ def memory_assumptions(given_dests: Iterable[str],
     given), a dest given at Megatron's default value is left out: ``--cuda-graph-impl none``
     changes nothing.
     """
-    given = set(given_dests)
+    given = {d for d in given_dests if d in NOT_MODELLED}     # the only dests that can be said
     if values is not None:
         from megatron_estimator.megatron.flags import flag_table
 
         table = flag_table()
         given = {d for d in given
                  if d not in values or table.by_dest(d) is None or values[d] != table.default(d)}
-    return [(_spelling(dest), text) for dest, text in NOT_MODELLED.items() if dest in given]
+    return [(_spelling(dest), NOT_MODELLED[dest]) for dest in sorted(given, key=_NOT_MODELLED_ORDER.__getitem__)]
+

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Iterator, Sequence
 
 from megatron_estimator.core.resources import read_data_text
@@ -355,13 +355,19 @@ CUDA_GRAPH_DEPRECATED_SCOPES = ("full", "full_iteration", "full_iteration_infere
 
 
 def eval_layer_pattern(text: str) -> list[int]:
-    """A per-layer pattern such as ``([0]*3+[1]*58)`` or ``[1,0,1]``, evaluated safely.
+    """A per-layer pattern such as ``([0]*3+[1]*58)`` or ``[1,0,1]``, evaluated safely (a
+    fresh list; each text is evaluated once, ``_layer_pattern``).
 
     Megatron (arguments.py ``_eval_pattern``) checks the characters and calls ``eval``; here the
     expression is walked with ``ast``: list literals of integers, ``*`` (repetition, or integer
     product) and ``+`` (concatenation, or integer sum), with parentheses.  The result must be a
     flat list of integers, which is what the model builders accept (transformer_block.py).
     """
+    return list(_layer_pattern(text))
+
+
+@lru_cache(maxsize=256)
+def _layer_pattern(text: str) -> tuple[int, ...]:
     if _PATTERN_CHARS.search(text):
         raise FlagValueError("a layer pattern may hold only digits, commas, brackets, parentheses, "
                              "+ and * (no spaces)")
@@ -407,7 +413,7 @@ def eval_layer_pattern(text: str) -> list[int]:
         raise FlagValueError("the layer pattern is nested too deeply") from None
     if not isinstance(result, list):
         raise FlagValueError("a layer pattern must evaluate to a list")
-    return result
+    return tuple(result)
 
 
 def _freq_type(text: str) -> int | list[int]:

@@ -93,8 +93,9 @@ def load_exchange_bytes(config: EstimatorConfig, chunks_tensors: list[list[Param
     param_bytes = DTYPE_BYTES[prec.params_dtype]
     optimizer = loads_optimizer(config)
     master = master_param_bytes(config)
-    expert_weights = sum(t.numel for t in tensors if t.expert) * param_bytes
-    states = {expert: sum(int(t.numel * (master + moment_bytes(config, t))) for t in tensors if t.expert == expert)
+    expert_weights = sum(t.numel * t.count for t in tensors if t.expert) * param_bytes
+    states = {expert: sum(int(t.numel * (master + moment_bytes(config, t))) * t.count
+                          for t in tensors if t.expert == expert)
               for expert in (False, True)}
     layer_wise = opt.use_layer_wise_distributed_optimizer
     distributed = opt.use_distributed_optimizer and not layer_wise

@@ -109,7 +109,11 @@ def _chunk(r: int, s: int, layers: tuple[int, ...], pre: bool, post: bool, mtp: 
     )
 
 
+@lru_cache(maxsize=256)
 def pipeline_stages(config: EstimatorConfig) -> tuple[StageLayout, ...]:
+    """Every pipeline rank's model chunks (immutable records; memoised per configuration, so
+    an equal configuration's stages are the same objects and the caches keyed on a stage
+    find them by identity)."""
     p = config.parallel.pp
     v = config.parallel.virtual_stages
     tied = not config.model.untie_embeddings_and_output_weights

@@ -15,6 +15,7 @@ Two kinds, kept apart because they count differently:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -88,19 +89,24 @@ def te_workspace_for(config, compute_capability: float) -> int:
                               config.kernels.tp_comm_overlap)
 
 
-def communicators(parallel, moe: bool = False) -> list[str]:
+def communicators(parallel, moe: bool = False) -> tuple[str, ...]:
     """The NCCL communicators a rank of this layout creates that move data."""
+    return _communicators(parallel.tp, parallel.pp, parallel.cp, parallel.dp, parallel.ep, parallel.edp, moe)
+
+
+@lru_cache(maxsize=1024)
+def _communicators(tp: int, pp: int, cp: int, dp: int, ep: int, edp: int, moe: bool) -> tuple[str, ...]:
     groups = []
-    if parallel.tp > 1:
+    if tp > 1:
         groups.append("tensor parallel")
-    if parallel.pp > 1:
+    if pp > 1:
         groups.append("pipeline parallel")
-    if parallel.cp > 1:
+    if cp > 1:
         groups.append("context parallel")
-    if parallel.dp * parallel.cp > 1:
+    if dp * cp > 1:
         groups.append("data parallel")
-    if moe and parallel.ep > 1:
+    if moe and ep > 1:
         groups.append("expert parallel")
-    if moe and parallel.edp > 1 and parallel.edp != parallel.dp * parallel.cp:
+    if moe and edp > 1 and edp != dp * cp:
         groups.append("expert data parallel")
-    return groups
+    return tuple(groups)

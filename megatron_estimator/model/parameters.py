@@ -55,6 +55,7 @@ from):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig
@@ -62,11 +63,39 @@ from megatron_estimator.model.layout import ModelChunk
 
 
 class ParamTensor(NamedTuple):
-    """One parameter tensor on one GPU (a named tuple: an estimate makes thousands)."""
+    """A parameter tensor on one GPU, or ``count`` identical ones (a named tuple).
+
+    The local experts of a MoE layer are one block of records: each record of the block
+    (expert e's fc1 weight, its bias, fc2 weight, bias) has ``span`` = the block's length and
+    ``count`` = the local experts, and stands for that tensor of every local expert; in
+    module order the block repeats ``count`` times (expert 0's tensors, expert 1's, ...).
+    Sums over records weigh each by ``count`` (``count``, ``expanded``); the distributed
+    optimizer's layout walks a block as ``count`` repeats (model/states.py
+    ``_buffer_numel``).  So an estimate's records do not grow with the number of experts."""
     name: str
-    numel: int          # elements on one GPU
+    numel: int          # elements of one such tensor on one GPU
     expert: bool = False
     kind: str = "linear"    # linear (a GEMM weight TE can run in fp8) | bias | norm | embedding | router
+    count: int = 1      # identical tensors this record stands for (the local experts)
+    span: int = 1       # records of the block that repeats ``count`` times (1: no block)
+
+
+def expanded(tensors: list[ParamTensor]) -> list[ParamTensor]:
+    """The tensors one record each, in module order (each block's repeats written out,
+    ``.E.`` in a name made ``.0.``, ``.1.``, ...): what the grouped records stand for."""
+    out: list[ParamTensor] = []
+    i = 0
+    while i < len(tensors):
+        t = tensors[i]
+        if t.span == 1 and t.count == 1:
+            out.append(t)
+            i += 1
+            continue
+        block = tensors[i:i + t.span]
+        for e in range(t.count):
+            out += [ParamTensor(b.name.replace(".E.", f".{e}."), b.numel, b.expert, b.kind) for b in block]
+        i += t.span
+    return out
 
 
 def _norm(name: str, size: int, normalization: str) -> list[ParamTensor]:
@@ -144,9 +173,11 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
         return tensors
     p = config.parallel
     tensors += _linear(prefix + "mlp.router", h, moe.num_experts, m.add_bias_linear)
-    for e in range(moe.num_experts // p.ep):
-        tensors += _mlp(f"{prefix}mlp.experts.{e}.", h, moe.ffn_hidden_size, m.gated_linear_unit,
-                        m.add_bias_linear, p.etp, expert=True)
+    # The local experts: one block of records standing for every local expert (ParamTensor).
+    block = _mlp(f"{prefix}mlp.experts.E.", h, moe.ffn_hidden_size, m.gated_linear_unit,
+                 m.add_bias_linear, p.etp, expert=True)
+    local = moe.num_experts // p.ep
+    tensors += [t._replace(count=local, span=len(block)) for t in block]
     if moe.shared_expert_intermediate_size:
         tensors += _mlp(prefix + "mlp.shared_experts.", h, moe.shared_expert_intermediate_size,
                         m.gated_linear_unit, m.add_bias_linear, p.tp, expert=False)
@@ -155,11 +186,43 @@ def mlp_tensors(config: EstimatorConfig, prefix: str, layer_index: int | None,
     return tensors
 
 
+# The kind of a 'D' layer without an indexer (dsa.py is_dsa_skip_topk_layer).
+SHARED_TOPK_DSA = "D:shared-top-k"
+
+
 def layer_tensors(config: EstimatorConfig, layer_index: int | None, prefix: str) -> list[ParamTensor]:
-    if config.model.hybrid is not None and layer_index is not None:
-        return hybrid_layer_tensors(config, config.model.hybrid.layer_kinds[layer_index], prefix,
-                                    layer_number=layer_index + 1)
-    return attention_tensors(config, prefix) + mlp_tensors(config, prefix, layer_index)
+    """One decoder layer's tensors on one GPU, their names under ``prefix``: the records of
+    its kind (``layer_template``: a GPT layer, dense or MoE, or a hybrid pattern symbol)."""
+    return _prefixed(prefix, layer_template(config, layer_kind(config, layer_index)))
+
+
+def layer_kind(config: EstimatorConfig, layer_index: int | None) -> str | bool:
+    """What decides a decoder layer's tensors: its hybrid pattern symbol, else whether it is
+    a MoE layer (``layer_index`` None: the MoE layer of a MoE model); a 'D' layer that reuses
+    another layer's top-k builds no indexer and is its own kind, ``SHARED_TOPK_DSA``."""
+    hybrid, moe = config.model.hybrid, config.model.moe
+    if hybrid is not None and layer_index is not None:
+        kind = hybrid.layer_kinds[layer_index]
+        if kind == "D" and not hybrid.dsa.computes_topk(layer_index + 1):
+            return SHARED_TOPK_DSA      # HybridStack numbers its layers from 1
+        return kind
+    return moe is not None and (layer_index is None or moe.layer_pattern[layer_index])
+
+
+@lru_cache(maxsize=1024)
+def layer_template(config: EstimatorConfig, kind: str | bool) -> tuple[ParamTensor, ...]:
+    """The records of a decoder layer of this kind (a hybrid symbol, or whether a GPT layer
+    is MoE), named from the layer: every layer of a kind holds the same tensors."""
+    if kind == SHARED_TOPK_DSA:
+        return tuple(dsa_tensors(config, "", None, shared_topk=True))
+    if isinstance(kind, str):
+        return tuple(hybrid_layer_tensors(config, kind, ""))
+    return tuple(attention_tensors(config, "") + mlp_tensors(config, "", None, moe_layer=kind))
+
+
+def _prefixed(prefix: str, template: tuple[ParamTensor, ...]) -> list[ParamTensor]:
+    make = tuple.__new__        # ParamTensor's fields as they are, the name under ``prefix``
+    return [make(ParamTensor, (prefix + t[0],) + t[1:]) for t in template]
 
 
 def mamba_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
@@ -203,8 +266,10 @@ def gdn_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]:
     return tensors
 
 
-def dsa_tensors(config: EstimatorConfig, prefix: str, layer_number: int | None) -> list[ParamTensor]:
-    """A 'D' layer (AbsorbedMLASelfAttention + DSAttention) on one GPU (see the module notes)."""
+def dsa_tensors(config: EstimatorConfig, prefix: str, layer_number: int | None,
+                shared_topk: bool = False) -> list[ParamTensor]:
+    """A 'D' layer (AbsorbedMLASelfAttention + DSAttention) on one GPU (see the module notes);
+    ``shared_topk``: a layer known to reuse another's top-k (no indexer)."""
     m, mla, dsa, t = config.model, config.model.mla, config.model.hybrid.dsa, config.parallel.tp
     h, a, norm = m.hidden_size, m.num_attention_heads, m.normalization
     p = prefix + "self_attention."
@@ -222,7 +287,7 @@ def dsa_tensors(config: EstimatorConfig, prefix: str, layer_number: int | None) 
         tensors += _norm(p + "kv_layernorm", mla.kv_lora_rank, norm)
     tensors += _linear(p + "linear_kv_up_proj", mla.kv_lora_rank, a * (mla.qk_head_dim + mla.v_head_dim) // t, False)
     tensors += _linear(p + "linear_proj", a * mla.v_head_dim // t, h, False)
-    if layer_number is None or dsa.computes_topk(layer_number):
+    if not shared_topk and (layer_number is None or dsa.computes_topk(layer_number)):
         i = p + "core_attention.indexer."
         q_in = mla.q_lora_rank if mla.q_lora_rank is not None else h
         tensors += _linear(i + "linear_wq_b", q_in, dsa.index_heads * dsa.index_head_dim, False)
@@ -278,6 +343,11 @@ def mtp_tensors(config: EstimatorConfig, index: int) -> list[ParamTensor]:
 
 def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTensor]:
     """Every parameter tensor one GPU of this model chunk holds, in module order."""
+    return list(_chunk_records(config, chunk))
+
+
+@lru_cache(maxsize=1024)     # a chunk's records (a few hundred bytes each)
+def _chunk_records(config: EstimatorConfig, chunk: ModelChunk) -> tuple[ParamTensor, ...]:
     tensors: list[ParamTensor] = []
     if chunk.embedding:
         tensors += embedding_tensors(config)
@@ -291,7 +361,7 @@ def chunk_tensors(config: EstimatorConfig, chunk: ModelChunk) -> list[ParamTenso
         tensors.append(ParamTensor("output_layer.weight",
                                    config.model.padded_vocab_size // config.parallel.tp * config.model.hidden_size,
                                    kind="embedding"))
-    return tensors
+    return tuple(tensors)
 
 
 @dataclass(frozen=True)
@@ -305,6 +375,10 @@ class ParameterCount:
 
 
 def count(tensors: list[ParamTensor]) -> ParameterCount:
-    dense = sum(t.numel for t in tensors if not t.expert)
-    expert = sum(t.numel for t in tensors if t.expert)
+    dense = expert = 0
+    for t in tensors:
+        if t.expert:
+            expert += t.numel * t.count
+        else:
+            dense += t.numel * t.count
     return ParameterCount(dense, expert)

@@ -14,6 +14,7 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Mapping, NamedTuple
 
@@ -23,7 +24,7 @@ from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryByte
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
-from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count
+from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count, layer_kind, layer_template
 from megatron_estimator.model.states import ModelStates, model_states
 
 
@@ -50,8 +51,10 @@ def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) ->
     return chunk_activation_bytes(config, chunk, imbalance).kept
 
 
+@lru_cache(maxsize=4096)
 def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> ChunkActivations:
-    """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization."""
+    """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization
+    (memoised on the configuration and the chunk, like each layer's activations)."""
     groups, whole = recompute_groups(config, chunk.layers)
     # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
     # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
@@ -209,6 +212,14 @@ def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> S
     return StageStates(model_states(config, tensors), load_exchange_bytes(config, tensors))
 
 
+@lru_cache(maxsize=4096)
+def stage_parameters(config: EstimatorConfig, stage: StageLayout) -> tuple[int, StageStates]:
+    """(parameters, ``stage_states``) of one stage: a function of the configuration and the
+    stage's structure alone (memoised on them, like the activations)."""
+    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
+    return sum(count(t).total for t in tensors), stage_states(config, tensors)
+
+
 class StageTerms(NamedTuple):
     """A stage's bytes besides its model states before the schedule multiplies them: each
     chunk's activations per microbatch, the largest transient and the workspaces, batch and
@@ -248,11 +259,24 @@ def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overhead
                 chunks: tuple[ChunkActivations, ...] | None = None, shared: SharedTerms | None = None) -> StageTerms:
     """The ``StageTerms`` of one stage; ``chunks`` (``chunk_activation_bytes`` of each model
     chunk) and ``shared`` (``shared_terms`` of the configuration) when already known."""
-    if chunks is None:
-        chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
     if shared is None:
         shared = shared_terms(config, overheads, environ)
-    transients = stage_transients(config, stage, chunks, overheads.compute_capability)
+    if chunks is None:
+        return _stage_terms(config, stage, overheads.compute_capability, shared)
+    return _terms_of(config, stage, chunks, overheads.compute_capability, shared)
+
+
+@lru_cache(maxsize=4096)
+def _stage_terms(config: EstimatorConfig, stage: StageLayout, compute_capability: float,
+                 shared: SharedTerms) -> StageTerms:
+    """``stage_terms`` from the configuration, the stage, the GPU and the shared terms alone."""
+    chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
+    return _terms_of(config, stage, chunks, compute_capability, shared)
+
+
+def _terms_of(config: EstimatorConfig, stage: StageLayout, chunks: tuple[ChunkActivations, ...],
+              compute_capability: float, shared: SharedTerms) -> StageTerms:
+    transients = stage_transients(config, stage, chunks, compute_capability)
     moment = max(transients, key=transients.get)
     transient = transients[moment]
     batch = shared.batch_tensors if (stage.pre_process or stage.post_process) else 0
@@ -291,8 +315,10 @@ def device_bytes(allocated: int, fixed: int, fragmentation: float) -> int:
 
 def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overheads,
                    environ: Mapping[str, str], budget: int | None,
-                   tensors: list[list[ParamTensor]] | None = None) -> StageEstimate:
-    """One stage's estimate; ``tensors`` (one list per model chunk) when already built.
+                   tensors: list[list[ParamTensor]] | None = None,
+                   shared: SharedTerms | None = None) -> StageEstimate:
+    """One stage's estimate; ``tensors`` (one list per model chunk) when already built, and
+    ``shared`` (``shared_terms`` of the configuration, the same for every stage) when known.
 
     It adds three parts, each a function of its own inputs (the planner memoises each on
     what it reads): the model states (``stage_states``), the activations and transients
@@ -300,12 +326,12 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     (``layout.microbatches_in_flight``)."""
     p = config.parallel
     if tensors is None:
-        tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
-    params = sum(count(t).total for t in tensors)
-    held_states = stage_states(config, tensors)
+        params, held_states = stage_parameters(config, stage)
+    else:
+        params, held_states = sum(count(t).total for t in tensors), stage_states(config, tensors)
     states = held_states.states
 
-    terms = stage_terms(config, stage, overheads, environ)
+    terms = stage_terms(config, stage, overheads, environ, shared=shared)
     weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
@@ -372,7 +398,32 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
     """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
     output-layer copy on the last stage not counted twice)."""
     if stage_tensors is None:
-        stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
+        return _total_parameters(config, stages)
+    return _parameters_of(config, stages, stage_tensors)
+
+
+@lru_cache(maxsize=256)
+def _total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) -> int:
+    # Each decoder layer by its kind's records (their replication does not depend on the
+    # layer's name prefix), the rest of each chunk (embeddings, final norm, MTP, output) as
+    # its own records: the same sum as over every chunk's records.
+    total = 0
+    for stage in stages:
+        for chunk in stage.chunks:
+            rest = replace(chunk, layers=())
+            total += _parameters_of(config, ((StageLayout(stage.pp_rank, (rest,))),), [[chunk_tensors(config, rest)]])
+            total += sum(_layer_parameters(config, layer_kind(config, i)) for i in chunk.layers)
+    return total
+
+
+@lru_cache(maxsize=1024)
+def _layer_parameters(config: EstimatorConfig, kind: str | bool) -> int:
+    """Parameters of the whole model's copy of one decoder layer of this kind."""
+    return sum(t.numel * t.count * _replication_factor(config, t.name, t.expert) for t in layer_template(config, kind))
+
+
+def _parameters_of(config: EstimatorConfig, stages: tuple[StageLayout, ...],
+                   stage_tensors: list[list[list[ParamTensor]]]) -> int:
     total = 0
     for stage, chunks_tensors in zip(stages, stage_tensors):
         for chunk, tensors in zip(stage.chunks, chunks_tensors):
@@ -381,7 +432,7 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
                     continue
                 if t.name.startswith("embedding.") and not chunk.pre_process:
                     continue  # the MTP stage's copy of the embedding
-                total += t.numel * _replication_factor(config, t.name, t.expert)
+                total += t.numel * t.count * _replication_factor(config, t.name, t.expert)
     return total
 
 
@@ -418,8 +469,6 @@ def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:
     (a dense model, or the group is ep_dp already)."""
     if config.model.moe is None or config.checkpoint.load_process_group == "ep_dp":
         return None
-    from dataclasses import replace
-
     ep_dp = replace(config, checkpoint=replace(config.checkpoint, load_process_group="ep_dp"))
     return max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])
                for stage in pipeline_stages(ep_dp))

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
-from megatron_estimator.model.parameters import ParamTensor
+from megatron_estimator.model.parameters import ParamTensor, expanded
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -45,36 +45,90 @@ class ModelStates:
 
 def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard: int,
                   padded: bool, shared_embedding: bool) -> int:
-    """Elements of one contiguous param/grad buffer, padded as the distributed optimizer pads it."""
+    """Elements of one contiguous param/grad buffer, padded as the distributed optimizer pads it.
+
+    Walked in reverse module order: each tensor starts on a 64-element boundary; a bucket
+    closes after the tensor that brings it to ``bucket_size`` elements and ends on a multiple
+    of ``lcm(dp_shard, 128)``.  A block of grouped records (``ParamTensor.count`` repeats of
+    ``span`` records: the local experts) is walked as that many repeats without writing them
+    out (``_repeat_block``): the same integers as one record per tensor."""
     if not padded:
-        return sum(t.numel for t in tensors)
+        return sum(t.numel * t.count for t in tensors)
     divisor = math.lcm(dp_shard, 128)
-
-    def pad_end(index: int) -> int:
-        return -(-index // divisor) * divisor
-
-    start = bucket_start = 0
-    bucket_has_params = False
-    end = 0
-    for tensor in reversed(tensors):
-        start = -(-start // 64) * 64
+    # The walk's state, relative to the open bucket: ``base`` where it starts (a multiple of
+    # ``divisor``, so of 64), ``off`` where the last tensor ended, ``has`` whether it holds one.
+    base = off = 0
+    has = False
+    i = len(tensors)
+    while i > 0:
+        tensor = tensors[i - 1]
+        if tensor.span > 1 or tensor.count > 1:
+            block = tensors[i - tensor.span:i]
+            i -= tensor.span
+            base, off, has = _repeat_block([t.numel for t in reversed(block)], tensor.count,
+                                           base, off, has, bucket_size, divisor)
+            continue
+        i -= 1
+        off = -(-off // 64) * 64
         own_bucket = shared_embedding and tensor.name in ("embedding.word_embeddings.weight",
                                                           "output_layer.weight")
-        if own_bucket and bucket_has_params:
-            bucket_start = pad_end(start)
-            start = bucket_start
-            bucket_has_params = False
-        end = start + tensor.numel
-        bucket_has_params = True
-        if (bucket_size is not None and end - bucket_start >= bucket_size) or own_bucket:
-            bucket_start = pad_end(end)
-            start = bucket_start
-            bucket_has_params = False
+        if own_bucket and has:
+            base += -(-off // divisor) * divisor
+            off = 0
+        end = off + tensor.numel
+        if (bucket_size is not None and end >= bucket_size) or own_bucket:
+            base += -(-end // divisor) * divisor
+            off, has = 0, False
         else:
-            start = end
-    if bucket_has_params:
-        return pad_end(end)
-    return bucket_start
+            off, has = end, True
+    if has:
+        return base + -(-off // divisor) * divisor
+    return base
+
+
+def _repeat_block(sizes: list[int], count: int, base: int, off: int, has: bool,
+                  bucket_size: int | None, divisor: int) -> tuple[int, int, bool]:
+    """The layout walk's state after ``count`` repeats of tensors of these ``sizes`` (in walk
+    order), as if each were walked one by one.  A repeat that starts at a 64-aligned offset
+    advances it by ``stride`` (each size rounded up to 64) and its last tensor ends ``reach``
+    past that start; repeats that close no bucket are skipped at once, and once the state at
+    a repeat's start recurs, whole cycles of repeats are skipped: exact integers throughout."""
+    if count <= 0 or not sizes:
+        return base, off, has
+    stride = sum(-(-n // 64) * 64 for n in sizes)
+    reach = stride - (-(-sizes[-1] // 64) * 64 - sizes[-1])
+    if bucket_size is None:
+        return base, -(-off // 64) * 64 + (count - 1) * stride + reach, True
+    seen: dict[tuple[int, bool], tuple[int, int]] | None = {} if stride else None
+    done = 0
+    while done < count:
+        if seen is not None:
+            key = (off, has)
+            if key in seen:
+                first, first_base = seen[key]
+                period = done - first
+                cycles = (count - done) // period
+                base += cycles * (base - first_base)
+                done += cycles * period
+                seen = None             # fewer than one period left: walk them
+                continue
+            seen[key] = (done, base)
+        aligned = -(-off // 64) * 64
+        if stride and aligned + reach < bucket_size:
+            # Repeats that close no bucket: their last tensor ends below bucket_size.
+            skip = min(count - done, -(-(bucket_size - aligned - reach) // stride))
+            off, has = aligned + (skip - 1) * stride + reach, True
+            done += skip
+            continue
+        for n in sizes:
+            end = -(-off // 64) * 64 + n
+            if end >= bucket_size:
+                base += -(-end // divisor) * divisor
+                off, has = 0, False
+            else:
+                off, has = end, True
+        done += 1
+    return base, off, has
 
 
 def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]]) -> ModelStates:
@@ -107,15 +161,26 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
     master_bytes = master_param_bytes(config)
     for tensors in chunks_tensors:
+        groups: tuple[list[ParamTensor], list[ParamTensor]] = ([], [])
+        for t in tensors:
+            groups[t.expert].append(t)
         for expert in (False, True):
-            group = [t for t in tensors if t.expert == expert]
+            group = groups[expert]
             if not group:
                 continue
-            numel = sum(t.numel for t in group)
+            # Elements by tensor kind (moment_bytes depends on a tensor's kind only: one call
+            # per kind, exact ints), each record weighed by the tensors it stands for.
+            by_kind: dict[str, int] = {}
+            linear_tensors = 0
+            for t in group:
+                by_kind[t.kind] = by_kind.get(t.kind, 0) + t.numel * t.count
+                if t.kind == "linear":
+                    linear_tensors += t.count
+            numel = sum(by_kind.values())
             shard = expert_shard if expert else dense_shard
             buffer = _buffer_numel(group, bucket_size, shard, distributed, shared_embedding and not expert)
             padding += buffer - numel
-            fp8_numel = sum(t.numel for t in group if t.kind == "linear") if prec.fp8 else 0
+            fp8_numel = by_kind.get("linear", 0) if prec.fp8 else 0
             group_param_bytes = buffer * param_bytes
             if prec.fp8 and prec.fp8_param_gather:
                 # --fp8-param-gather: the linear weights themselves are fp8 (1 B) in the buffer.
@@ -134,17 +199,13 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             weights += group_param_bytes
             gradients += group_grad_bytes
             fp8_copies += _fp8_copy_bytes(config, fp8_numel)
-            fp8_copies += fp8_scaling_state_bytes(config, sum(1 for t in group if t.kind == "linear")) if prec.fp8 else 0
+            fp8_copies += fp8_scaling_state_bytes(config, linear_tensors) if prec.fp8 else 0
             local = numel / shard if distributed else numel
             master += int(local * master_bytes)
-            # moment_bytes depends on a tensor's kind only: one call per kind (exact, ints).
-            by_kind: dict[str, int] = {}
-            for t in group:
-                by_kind[t.kind] = by_kind.get(t.kind, 0) + t.numel
             kind_moments = sum(n * moment_bytes(config, ParamTensor("", 0, expert, kind)) for kind, n in by_kind.items())
             moments += int(kind_moments / (shard if distributed else 1))
     if ping_pong:
-        master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in ts],
+        master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in expanded(ts)],
                                                       master_bytes, dense_shard, expert_shard)
     offload = opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0
     master = int(master * (1 - offload))
@@ -195,7 +256,7 @@ def _param_bytes(config: EstimatorConfig, tensors: list[ParamTensor]) -> int:
     total = 0
     for t in tensors:
         fp8 = prec.fp8 and prec.fp8_param_gather and t.kind == "linear"
-        total += t.numel * (1 if fp8 else DTYPE_BYTES[prec.params_dtype])
+        total += t.numel * t.count * (1 if fp8 else DTYPE_BYTES[prec.params_dtype])
     return total
 
 

@@ -200,9 +200,10 @@ class StateRates:
 
 def census(tensors) -> tuple[int, int, int, int]:
     """(dense elements, expert elements, dense tensors, expert tensors) of a tensor list."""
-    dense = [t.numel for t in tensors if not t.expert]
-    expert = [t.numel for t in tensors if t.expert]
-    return sum(dense), sum(expert), len(dense), len(expert)
+    dense = [t for t in tensors if not t.expert]
+    expert = [t for t in tensors if t.expert]
+    return (sum(t.numel * t.count for t in dense), sum(t.numel * t.count for t in expert),
+            sum(t.count for t in dense), sum(t.count for t in expert))
 
 
 class LayoutMemory:

@@ -139,6 +139,7 @@ class _Search:
         self._vocab: dict[int, Any] = {}
         self._families: dict[tuple, LayoutFamily] = {}
         self._layer_counts: dict[tuple, tuple[int, int]] = {}
+        self._parameter_kinds: tuple | None = None
         self.bounds_cache: dict[tuple, int] = {}
         self.states_cache: dict[tuple, stage_model.StageStates] = {}
         self.activations_cache: dict[tuple, LayoutActivations] = {}
@@ -334,6 +335,15 @@ class _Search:
 
         return tuple(parse_pattern(self.namespace["hybrid_pattern_unified"])[0].layers)
 
+    def parameter_kinds(self) -> tuple:
+        """Per decoder layer what decides its tensors (model/parameters.py ``layer_kind``): the
+        ``layer_kinds`` but for a 'D' layer that reuses another's top-k (no indexer)."""
+        if self._parameter_kinds is None:
+            from megatron_estimator.model.parameters import layer_kind
+
+            self._parameter_kinds = tuple(layer_kind(self.reference, i) for i in range(len(self.pattern)))
+        return self._parameter_kinds
+
     def layer_counts(self, tp: int, ep: int, etp: int, moe_layer) -> tuple[int, int, int, int]:
         """(dense elements, expert elements, dense tensors, expert tensors) one GPU holds of a
         decoder layer of this kind (``layer_kinds``; model/parameters.py ``layer_tensors``)."""
@@ -342,7 +352,7 @@ class _Search:
         if counts is None:
             from megatron_estimator.model.parameters import layer_tensors
 
-            index = self.layer_kinds().index(moe_layer)
+            index = self.parameter_kinds().index(moe_layer)
             config = replace(self.reference, parallel=ParallelDims(self.world, tp, 1, 1, ep, etp))
             counts = self._layer_counts[key] = census(layer_tensors(config, index, ""))
         return counts
@@ -387,8 +397,9 @@ class _Search:
         if cached is not None:
             return cached
         dense = expert = n_dense = n_expert = 0
+        kinds = self.parameter_kinds()
         for i in chunk.layers:
-            d, e, nd, ne = self.layer_counts(tp, ep, etp, self.pattern[i])
+            d, e, nd, ne = self.layer_counts(tp, ep, etp, kinds[i])
             dense, expert, n_dense, n_expert = dense + d, expert + e, n_dense + nd, n_expert + ne
         if chunk.embedding or chunk.output_weight or chunk.mtp_layers:
             edges_key = ("edges", tp, ep, etp)

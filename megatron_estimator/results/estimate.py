@@ -96,15 +96,13 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
 
     from megatron_estimator.model.layout import pipeline_stages
     from megatron_estimator.model.overhead import Overheads
-    from megatron_estimator.model.parameters import chunk_tensors
-    from megatron_estimator.model.stage import assumptions, estimate_stage, model_shape, total_parameters
+    from megatron_estimator.model.stage import assumptions, estimate_stage, model_shape, shared_terms, total_parameters
 
     overheads = Overheads() if overheads is None else overheads
     environ = os.environ if environ is None else environ
     stages = pipeline_stages(config)
-    stage_tensors = [[chunk_tensors(config, chunk) for chunk in stage.chunks] for stage in stages]
-    results = tuple(estimate_stage(config, stage, overheads, environ, budget, tensors)
-                    for stage, tensors in zip(stages, stage_tensors))
+    shared = shared_terms(config, overheads, environ)        # alike on every stage
+    results = tuple(estimate_stage(config, stage, overheads, environ, budget, shared=shared) for stage in stages)
     return Estimate(
         world_size=config.parallel.world_size,
         world_size_source=config.world_size_source,
@@ -114,5 +112,5 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
         budget_bytes=budget,
         budget_source=budget_source,
         model=model_shape(config),
-        total_parameters=total_parameters(config, stages, stage_tensors),
+        total_parameters=total_parameters(config, stages),
     )
