@@ -156,13 +156,15 @@ def test_each_layer_symbol_counted_by_hand(symbol, t):
     assert count(layer_tensors(cfg, index, "")).total == expected
 
 
-def test_mla_layers_have_no_q_kv_norms_in_the_hybrid_spec():
+def test_mla_layers_fuse_the_q_kv_norms_into_the_up_projections_with_qk_layernorm():
     extra = "--q-lora-rank 32 --kv-lora-rank 16 --qk-head-dim 8 --qk-pos-emb-head-dim 8 --v-head-dim 8 --qk-layernorm "
     cfg = config("M+", extra)
-    # MLA-only TransformerLayer (hybrid_layer_specs.py mla_layer: q_layernorm / kv_layernorm IdentityOp):
-    # input norm 2h; q down h -> 32, q up 32 -> 4 x 16; kv down h -> 16 + 8; kv up 16 -> 4 x (8 + 8);
-    # out 4 x 8 -> h with bias h.
-    expected = 2 * H + H * 32 + 32 * 4 * 16 + H * 24 + 16 * 4 * 16 + (4 * 8 * H + H)
+    # MLA-only TransformerLayer (hybrid_layer_specs.py mla_layer: q_layernorm / kv_layernorm
+    # IdentityOp, so mla_qk_norm_config.py makes linear_q_up_proj / linear_kv_up_proj fused
+    # LayerNorm + linear): input norm 2h; q down h -> 32, q up's LayerNorm 2 x 32, q up
+    # 32 -> 4 x 16; kv down h -> 16 + 8; kv up's LayerNorm 2 x 16, kv up 16 -> 4 x (8 + 8);
+    # out 4 x 8 -> h with bias h.  (tests/test_mla_norms.py covers the other cases.)
+    expected = 2 * H + H * 32 + 2 * 32 + 32 * 4 * 16 + H * 24 + 2 * 16 + 16 * 4 * 16 + (4 * 8 * H + H)
     assert count(layer_tensors(cfg, 1, "")).total == expected
 
 

@@ -305,3 +305,17 @@ def test_the_backward_working_set_of_g_and_d_layers():
     assert _layer_backward_working_set(cfg, (0, 1)) == 2 * 4 * MBS * A * SEQ * SEQ + grads == 81920
     cfg = config("D-", DSA + "--dsa-kernel-backend cudnn")
     assert _layer_backward_working_set(cfg, (0, 1)) == 2 * T * 4 * H + grads
+
+
+@pytest.mark.parametrize("pattern", ["G-", "D-"])
+def test_the_whole_model_parameter_count_does_not_depend_on_tp(pattern):
+    # One model copy is the same model at any TP size (vocabulary unpadded): the tensors whole on
+    # every TP rank (G: in_proj's norm, out_norm; D: the duplicated indexer linears, its k_norm,
+    # the duplicated down projections) are counted once, the split ones summed over the ranks.
+    from test_hybrid import config
+    from megatron_estimator.results.estimate import build_estimate
+
+    flags = GDN if pattern == "G-" else DSA
+    totals = [build_estimate(config(pattern, flags + tp(t) + "--make-vocab-size-divisible-by 1 ", world_size=t),
+                             environ={}).total_parameters for t in (1, 2, 4)]
+    assert totals[0] == totals[1] == totals[2]

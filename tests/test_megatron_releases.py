@@ -206,6 +206,33 @@ def test_te_cross_entropy_fusion_per_release(label, refused):
     assert ("te-cross-entropy-disabled" in codes) == refused
 
 
+# MLA, --qk-layernorm, no --q-lora-rank (h 64, 4 heads of 8 + 8, kv_lora 16, v 8, RMSNorm, 2 layers):
+# from 4464d1c197 (0.19.0) mla_qk_norm_config.py fuses a q norm of the hidden size into each
+# layer's linear_q_proj (megatron_behaviour.tsv mla_qk_norm_resolved).
+MLA_NO_Q_LORA = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 "
+                 "--multi-latent-attention --kv-lora-rank 16 --qk-head-dim 8 --qk-pos-emb-head-dim 8 --v-head-dim 8 "
+                 "--qk-layernorm --normalization RMSNorm --disable-bias-linear --position-embedding-type rope "
+                 "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 1 --bf16 --vocab-size 1000 "
+                 "--make-vocab-size-divisible-by 1 --untie-embeddings-and-output-weights").split()
+
+
+def _mla_parameters(q_norm: bool) -> int:
+    # per layer: input norm 64; [q norm 64]; q 64 x 64; kv down 64 x 24; kv norm 16; kv up 16 x 64;
+    # proj 32 x 64; pre-MLP norm 64; fc1 64 x 256; fc2 256 x 64; + final norm, embedding and output
+    layer = 64 + (64 if q_norm else 0) + 64 * 64 + 64 * 24 + 16 + 16 * 64 + 32 * 64 + 64 + 2 * 64 * 256
+    return 2 * layer + 64 + 2 * 1000 * 64
+
+
+@pytest.mark.parametrize("label, q_norm", [("0.14.0", False), ("0.18.0", False), ("0.19.0", True), ("main", True)])
+def test_mla_q_norm_without_q_lora_per_release(label, q_norm):
+    from megatron_estimator.api import evaluate, input_from_flags
+    with using_release(label):
+        inp, problems = input_from_flags(MLA_NO_Q_LORA)
+        assert not problems
+        verdict = evaluate(inp, world_size=1)
+    assert verdict.estimate.total_parameters == _mla_parameters(q_norm)
+
+
 # -- the command line and the report -------------------------------------------------------------
 
 def cli(*args, env=None):

@@ -21,12 +21,16 @@ PUBLISHED = {
 }
 
 
-def _estimate(name, extra):
+def _estimate(name, extra, release="0.16.1"):
+    """The estimate at ``release``: 0.16.1 by default, the megatron-core that counted
+    PRESET_PARAMETERS (its counts equal the published sizes)."""
     from megatron_estimator.api import evaluate, input_from_model
+    from megatron_estimator.megatron.releases import using_release
 
     flags = ["--seq-length", "1024", "--micro-batch-size", "1", "--bf16", *extra]
-    inp, problems = input_from_model(flags, model=name, environ={})
-    verdict = evaluate(inp, world_size=1, environ={}, problems=problems)
+    with using_release(release):
+        inp, problems = input_from_model(flags, model=name, environ={})
+        verdict = evaluate(inp, world_size=1, environ={}, problems=problems)
     assert verdict.estimate is not None, verdict.problems
     return verdict.estimate
 
@@ -41,6 +45,15 @@ def test_preset_parameters_equal_megatron_core(name):
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_preset_published_sizes(name):
     assert _estimate(name, ["--make-vocab-size-divisible-by", "1"]).total_parameters == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("release, extra", [("0.18.0", 0), ("0.19.0", 27 * 2048), ("main", 27 * 2048)])
+def test_deepseek_v2_lite_gains_a_q_norm_in_linear_q_proj_from_0_19(release, extra):
+    # DeepSeek-V2-Lite has no --q-lora-rank and sets --qk-layernorm: from 4464d1c197 (0.19.0)
+    # mla_qk_norm_config.py makes each of the 27 layers' linear_q_proj a fused RMSNorm + linear,
+    # one weight of the hidden size (2048) more per layer than the published model (and 0.18).
+    total = _estimate("deepseek-v2-lite", ["--make-vocab-size-divisible-by", "1"], release).total_parameters
+    assert total == PUBLISHED["deepseek-v2-lite"] + extra
 
 
 def cli(*args):

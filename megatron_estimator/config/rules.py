@@ -636,6 +636,42 @@ def fsdp_device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
 
 
 @rule
+def mla_qk_norm(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # What MLA's q / kv norm placement refuses (--multi-latent-attention, or a hybrid pattern
+    # with '+' / 'D' layers, which sets it).
+    if not ns.get("multi_latent_attention"):
+        return
+    pattern = ns.get("hybrid_pattern_unified")
+    hybrid = isinstance(pattern, str)
+    resolved = _release_rule("mla_qk_norm_resolved") == "1"
+    if ns.get("qk_l2_norm") and (not hybrid or resolved):
+        # megatron/core/models/gpt/gpt_layer_specs.py asserts it for the MLA specs (every
+        # release); megatron/core/transformer/mla_qk_norm_config.py raises for MLA and DSA
+        # layers (4464d1c197, 0.19.0 on).
+        yield Problem("mla-with-qk-l2-norm", raw.location("qk_l2_norm"),
+                      "--qk-l2-norm is not supported with multi-latent attention "
+                      "(megatron/core/transformer/mla_qk_norm_config.py)")
+    if not (ns.get("qk_layernorm") and resolved and ns.get("transformer_impl") == "local"):
+        return
+    # From 4464d1c197 (0.19.0; megatron_behaviour.tsv mla_qk_norm_resolved) QKNormConfigResolver
+    # (mla_qk_norm_config.py) builds the MLA norms; the local backend has no fused norm + linear.
+    where = raw.location("qk_layernorm")
+    if hybrid and "+" in pattern:
+        # The hybrid '+' spec names TE linears with trivial norms: the resolver needs the
+        # backend's fused norm + linear for them (RuntimeError).
+        yield Problem("mla-qk-norm-needs-te", where,
+                      "--qk-layernorm on the hybrid pattern's '+' (MLA) layers needs --transformer-impl "
+                      "transformer_engine: the local backend has no fused norm + linear to hold the q / kv "
+                      "norms (megatron/core/transformer/mla_qk_norm_config.py)")
+    elif not hybrid and ns.get("q_lora_rank") is None:
+        # The local GPT spec's explicit q norm has no q LoRA projection to follow (ValueError).
+        yield Problem("mla-q-norm-unused", where,
+                      "--qk-layernorm with --transformer-impl local needs --q-lora-rank: without it the local "
+                      "spec's q norm would not be used, which megatron/core/transformer/mla_qk_norm_config.py "
+                      "refuses (Megatron 0.19.0 and later)")
+
+
+@rule
 def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # megatron/training/arguments.py validate_args (main d98e8a64): a step batch-size schedule
     # and an explicit --global-batch-size cannot both be given (ValueError).

@@ -44,6 +44,9 @@ class MlaConfig:
     qk_head_dim: int
     qk_pos_emb_head_dim: int
     v_head_dim: int
+    # --qk-layernorm without --q-lora-rank: linear_q_proj is a fused norm + linear, its norm over
+    # the hidden size (mla_qk_norm_config.py, from 4464d1c197 / 0.19.0; a plain linear before).
+    q_proj_norm: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,22 @@ HYBRID_STACK_SPECS = frozenset({
 })
 
 
+def _mla_q_proj_norm(ns: Mapping[str, Any]) -> bool:
+    """Whether MLA's linear_q_proj carries the q norm (a fused norm + linear over the hidden size).
+
+    From Megatron-LM 4464d1c197 (0.19.0; data/megatron_behaviour.tsv ``mla_qk_norm_resolved``)
+    megatron/core/transformer/mla_qk_norm_config.py ``QKNormConfigResolver`` gives
+    ``linear_q_proj`` the backend's fused norm + linear whenever --qk-layernorm is set and
+    --q-lora-rank is not (the GPT and hybrid specs name a plain linear there); before it the
+    spec's plain linear was built and the q norm did not exist.  The local backend has no fused
+    layer: that combination is refused (config/rules.py ``mla_qk_norm``)."""
+    from megatron_estimator.megatron.behaviour import behaviour
+
+    return (bool(ns.get("qk_layernorm")) and ns.get("q_lora_rank") is None
+            and ns.get("transformer_impl", "transformer_engine") != "local"
+            and behaviour("mla_qk_norm_resolved") == "1")
+
+
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
                  notes: tuple[str, ...] = (), given: frozenset = frozenset(),
                  run: RunContext = RunContext(), family: str = "gpt") -> EstimatorConfig:
@@ -367,6 +386,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             qk_head_dim=ns["qk_head_dim"],
             qk_pos_emb_head_dim=ns["qk_pos_emb_head_dim"],
             v_head_dim=ns["v_head_dim"],
+            q_proj_norm=_mla_q_proj_norm(ns),
         )
     model = ModelConfig(
         num_layers=num_layers,
@@ -385,8 +405,9 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         gated_linear_unit=gated,
         add_bias_linear=bool(ns["add_bias_linear"]),
         add_qkv_bias=bool(ns["add_qkv_bias"]),
-        # The hybrid spec's MLA layers have no q / kv norms (hybrid_layer_specs.py: IdentityOp).
-        qk_layernorm=bool(ns.get("qk_layernorm")) and not (hybrid is not None and ns.get("multi_latent_attention")),
+        # MLA (GPT and hybrid '+' / 'D' layers): the q / kv norms exist with --qk-layernorm, as
+        # standalone norms or fused into the up projections (mla_qk_norm_config.py).
+        qk_layernorm=bool(ns.get("qk_layernorm")),
         untie_embeddings_and_output_weights=bool(ns["untie_embeddings_and_output_weights"]),
         hidden_dropout=float(ns["hidden_dropout"]),
         attention_dropout=float(ns["attention_dropout"]),

@@ -212,6 +212,10 @@ def _mla_bytes(config: EstimatorConfig) -> int:
         total += d.act * d.tokens_r * mla.q_lora_rank
         if normed:
             total += d.linear_in * d.tokens_r * mla.q_lora_rank + d.stat * d.tokens_r
+    elif mla.q_proj_norm:
+        # linear_q_proj fused with the q norm (mla_qk_norm_config.py, 0.19.0 on): its normalized
+        # hidden states (the GEMM's input) and the norm's statistics; its input is the layer's.
+        total += d.linear_in * d.tokens_r * m.hidden_size + d.stat * d.tokens_r
     total += d.act * d.tokens_r * (mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
     if normed:
         total += d.linear_in * d.tokens_r * mla.kv_lora_rank + d.stat * d.tokens_r

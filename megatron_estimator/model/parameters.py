@@ -125,11 +125,17 @@ def attention_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]
         duplicated = config.kernels.transformer_impl == "transformer_engine"
         down_split = 1 if duplicated else t
         q_head = mla.qk_head_dim + mla.qk_pos_emb_head_dim
+        # The q / kv norms exist only with --qk-layernorm (IdentityOp otherwise): standalone in
+        # the local spec, fused into the up projections (layer_norm_weight [+ _bias], whole on
+        # every TP rank) in the TE and hybrid specs; without --q-lora-rank the q norm is over the
+        # hidden size, fused into linear_q_proj, from 0.19.0 only (MlaConfig.q_proj_norm).
         if mla.q_lora_rank is None:
+            if mla.q_proj_norm:
+                tensors += _norm(prefix + "self_attention.q_layernorm", h, norm)
             tensors += _linear(prefix + "self_attention.linear_q_proj", h, a * q_head // t, False)
         else:
             tensors += _linear(prefix + "self_attention.linear_q_down_proj", h, mla.q_lora_rank // down_split, False)
-            if m.qk_layernorm:  # the q / kv norms exist only with --qk-layernorm (IdentityOp otherwise)
+            if m.qk_layernorm:
                 tensors += _norm(prefix + "self_attention.q_layernorm", mla.q_lora_rank, norm)
             tensors += _linear(prefix + "self_attention.linear_q_up_proj", mla.q_lora_rank, a * q_head // t, False)
         kv_down = mla.kv_lora_rank + mla.qk_pos_emb_head_dim

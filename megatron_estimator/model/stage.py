@@ -456,6 +456,11 @@ def _tp_split_by_name(name: str, transformer_engine: bool) -> bool:
     module, kind = leaf[-2], leaf[-1]
     if "layernorm" in module or module in ("enorm", "hnorm", "router", "position_embeddings") or name.endswith("gate_weight"):
         return False
+    # whole on every TP rank: a G layer's in_proj norm (TELayerNormColumnParallelLinear) and its
+    # per-head out_norm (gated_delta_net.py); a D layer's indexer, TELinear duplicated, and its
+    # k_norm (experimental_attention_variant/dsa.py DSAIndexer)
+    if module in ("layer_norm", "out_norm", "k_norm", "linear_wq_b", "linear_wk", "linear_weights_proj"):
+        return False
     if module in ("linear_q_down_proj", "linear_kv_down_proj"):
         return not transformer_engine
     if module in ("linear_proj", "linear_fc2") and kind == "bias":
