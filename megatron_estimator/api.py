@@ -19,7 +19,7 @@ needs resolved the same way lives here once: the budget (``budget_bytes``), the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from megatron_estimator.core.dataclass import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector

@@ -403,9 +403,8 @@ def cmd_check(ns, environ) -> int:
 def _with_flags(inp, problems, flags, environ, settings):
     """A file's input with the Megatron flags given after ``check ... --`` laid over it, as they
     would be on the training script's command line (later flags win)."""
-    from dataclasses import replace
-
     from megatron_estimator.api import input_from_flags
+    from megatron_estimator.core.dataclass import replace
 
     given, flag_problems = input_from_flags(list(flags), environ=environ, source="the flags after --",
                                             accept_flags=settings.accept_flags)

@@ -29,7 +29,7 @@ comes from a lower source than the GPU (``--gpu h200`` on the command line outwe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 

@@ -24,7 +24,7 @@ the ratios --hybrid-attention-ratio / --hybrid-mlp-ratio instead; main's behavio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem

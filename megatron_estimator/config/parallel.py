@@ -14,7 +14,7 @@ This module imports nothing of the project's but ``errors``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Callable
 
 from megatron_estimator.core.problems import Problem

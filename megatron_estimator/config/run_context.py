@@ -10,7 +10,7 @@ says them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Mapping
 
 # Megatron's tracker file in a checkpoint directory (megatron/training/checkpointing.py

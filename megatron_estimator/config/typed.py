@@ -10,7 +10,7 @@ job's environment, a resume) is ``run`` (config/run_context.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from megatron_estimator.core.dataclass import dataclass, field, replace
 from typing import Any, Mapping
 
 from megatron_estimator.config.derive import optimizer_sharding

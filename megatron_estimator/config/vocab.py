@@ -19,7 +19,7 @@ Path-valued flags are never opened unless they exist; nothing else is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Mapping
 
 # Tokenizer types whose vocabulary size is fixed by the tokenizer itself

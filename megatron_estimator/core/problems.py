@@ -8,7 +8,7 @@ them out of the library in one exception.  This module imports nothing of the pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Iterable, Iterator
 
 

@@ -20,7 +20,7 @@ ones a ``RawArgs`` uses, as notes to show, not as problems.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector

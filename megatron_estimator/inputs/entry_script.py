@@ -24,7 +24,7 @@ accepts them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from megatron_estimator.core.dataclass import dataclass, replace
 from typing import Collection, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem

@@ -9,7 +9,7 @@ Defaults are not filled in here; validation and configuration do that from the f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from typing import Any, Callable, Mapping
 
 

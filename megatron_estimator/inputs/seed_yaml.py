@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any

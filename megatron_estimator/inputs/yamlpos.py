@@ -11,7 +11,7 @@ the line of its key and of its value.  Broken YAML is one ``yaml-syntax`` proble
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 

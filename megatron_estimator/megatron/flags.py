@@ -20,7 +20,7 @@ nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are in the ta
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import cache
 from typing import Any, Iterator, Sequence
 

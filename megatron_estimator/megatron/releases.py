@@ -14,7 +14,7 @@ then answers for it.  Without a choice it is the newest supported release, ``mai
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import cache
 
 from megatron_estimator.core.resources import read_data_text

@@ -52,7 +52,7 @@ taken from mamba_ssm 2.x and assumed.  Selective recompute modules do not apply 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import lru_cache
 
 from megatron_estimator.config.typed import EstimatorConfig

@@ -15,7 +15,7 @@ Two kinds, kept apart because they count differently:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Mapping
 
 from megatron_estimator.core.units import MiB

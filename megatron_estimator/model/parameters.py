@@ -39,7 +39,7 @@ from):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig

@@ -5,7 +5,7 @@ facts an estimate assumed.  Frozen, integer bytes; ``results/estimate.py`` gathe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from typing import Any, Mapping
 
 

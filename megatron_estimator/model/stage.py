@@ -407,7 +407,7 @@ def _ep_dp_load_bytes(config: EstimatorConfig) -> int | None:
     (a dense model, or the group is ep_dp already)."""
     if config.model.moe is None or config.checkpoint.load_process_group == "ep_dp":
         return None
-    from dataclasses import replace
+    from megatron_estimator.core.dataclass import replace
 
     ep_dp = replace(config, checkpoint=replace(config.checkpoint, load_process_group="ep_dp"))
     return max(load_exchange_bytes(ep_dp, [chunk_tensors(ep_dp, chunk) for chunk in stage.chunks])

@@ -10,7 +10,7 @@ to select a layout.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from megatron_estimator.core.dataclass import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting

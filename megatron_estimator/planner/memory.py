@@ -31,7 +31,7 @@ the peak's moment does not change when the chunk weights are scaled).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from megatron_estimator.core.dataclass import dataclass, replace
 from typing import Mapping
 
 from megatron_estimator.config.parallel import ParallelDims

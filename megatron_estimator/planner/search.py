@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, replace
+from megatron_estimator.core.dataclass import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.config.parallel import ParallelDims

@@ -24,7 +24,7 @@ The space (``results.plan.SearchSpace``; each bound is a field):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs

@@ -28,7 +28,7 @@ changed settings) and shown only when every stage fits there, with the normal pa
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.core.problems import InvalidInput
@@ -176,7 +176,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     """Up to ``limit`` changes of the refused launch ``inp`` (a ``TrainingInput``, estimated as
     ``estimate``) that make every stage fit ``estimate.budget_bytes``, nearest first (module
     docstring), each checked with ``verify`` (the normal path)."""
-    from dataclasses import replace
+    from megatron_estimator.core.dataclass import replace
 
     from megatron_estimator.planner.candidates import candidate_flags, candidate_settings
 

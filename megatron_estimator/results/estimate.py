@@ -6,7 +6,7 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem

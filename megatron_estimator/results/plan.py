@@ -7,7 +7,7 @@ JSON contract of ``megatron-estimator plan --format json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from typing import Any
 
 from megatron_estimator.config.parallel import ParallelDims

@@ -8,7 +8,7 @@ makes of a command is none of the reader's business.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Mapping
 
 from megatron_estimator.inputs.bash.values import Field, Origin, Var, is_known, text_of

@@ -11,7 +11,7 @@ expansion is not done: a word with ``*`` stays as written, as bash leaves it whe
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from megatron_estimator.core.dataclass import replace
 from typing import Sequence
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown

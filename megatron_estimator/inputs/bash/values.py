@@ -7,7 +7,7 @@ the thing that cannot be resolved is written), carried by the segment of text it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Iterable, Mapping
 
 UNRESOLVED = "unresolved-variable"

@@ -40,7 +40,7 @@ all of this (``api.world_size_for``, where every front resolves the world size).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem

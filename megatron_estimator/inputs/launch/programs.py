@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from typing import Mapping
 
 

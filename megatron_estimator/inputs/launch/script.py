@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from megatron_estimator.core.dataclass import dataclass, replace
 from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector

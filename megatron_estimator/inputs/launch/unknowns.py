@@ -20,7 +20,7 @@ report's notes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Sequence
 
 from megatron_estimator.megatron.flag_effects import NO_MEMORY_EFFECT, NO_MEMORY_EFFECT_KIND, classify

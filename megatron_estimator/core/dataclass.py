@@ -1,0 +1,428 @@
+"""``dataclass``, ``field`` and ``replace`` with the standard library's semantics, built without
+compiling code at import time (issue 14: start-up).
+
+``dataclasses.dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__``,
+``__hash__``, ``__setattr__`` and ``__delattr__`` as source text and compiles it: about 0.6 ms
+per class, and importing ``dataclasses`` pulls in ``inspect`` (for the ``__doc__`` signature).
+With a hundred record classes that was most of the CLI's start-up.  Here the same methods are
+closures over each class's field names, so defining a class costs almost nothing, and
+``dataclasses`` is imported only when something asks for it: ``dataclasses.fields``,
+``astuple``, ``asdict``, ``replace`` and ``is_dataclass`` work on these classes (their
+``__dataclass_fields__`` are real ``dataclasses.Field`` objects, made on first access), and
+assigning to a frozen instance raises ``dataclasses.FrozenInstanceError``.
+
+What a class gets is what ``@dataclasses.dataclass`` (Python 3.10 to 3.13) gives it: the
+``__init__`` (positional or keyword arguments, defaults, default factories), the ``repr`` of
+the fields with ``repr=True`` (guarded against recursion), ``__eq__`` over the fields with
+``compare=True`` (same class only, as tuples), the ``__hash__`` the standard table picks
+(frozen with eq: the tuple of the compared fields; eq without frozen: unhashable; a
+``__hash__`` written in the class is kept), frozen instances' assignment guard, ``__match_args__``
+and, when the class has no docstring, ``Name(field: 'type' = default, ...)`` as ``__doc__``.
+Methods written in the class body are kept, as the standard decorator keeps them.  Anything
+else (``order``, ``unsafe_hash``, ``slots``, ``kw_only``, ``init=False`` fields, ``ClassVar``
+or ``InitVar`` annotations, a base class with fields) goes to ``dataclasses.dataclass`` itself.
+``tests/test_dataclass.py`` compares each behaviour with the standard decorator's.
+"""
+
+from __future__ import annotations
+
+from _thread import get_ident
+from operator import attrgetter, itemgetter
+
+__all__ = ["dataclass", "field", "replace", "MISSING"]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+class _Field:
+    """What ``field()`` returns in a class body: the standard ``Field``'s options, until the
+    class is decorated."""
+
+    __slots__ = ("name", "type", "default", "default_factory", "init", "repr", "hash", "compare", "metadata",
+                 "kw_only")
+
+    def __init__(self, default, default_factory, init, repr, hash, compare, metadata, kw_only):
+        self.name = None
+        self.type = None
+        self.default = default
+        self.default_factory = default_factory
+        self.init = init
+        self.repr = repr
+        self.hash = hash
+        self.compare = compare
+        self.metadata = metadata
+        self.kw_only = kw_only
+
+
+def field(*, default=MISSING, default_factory=MISSING, init=True, repr=True, hash=None, compare=True,
+          metadata=None, kw_only=MISSING):
+    """``dataclasses.field`` for classes made by this module's ``dataclass``."""
+    if default is not MISSING and default_factory is not MISSING:
+        raise ValueError("cannot specify both default and default_factory")
+    return _Field(default, default_factory, init, repr, hash, compare, metadata, kw_only)
+
+
+def dataclass(cls=None, /, *, init=True, repr=True, eq=True, order=False, unsafe_hash=False, frozen=False,
+              match_args=True, kw_only=False, slots=False, weakref_slot=False):
+    """``dataclasses.dataclass``, built without compiling code (see the module docstring)."""
+    options = dict(init=init, repr=repr, eq=eq, order=order, unsafe_hash=unsafe_hash, frozen=frozen,
+                   match_args=match_args, kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)
+
+    def wrap(cls):
+        return _process(cls, options)
+
+    return wrap if cls is None else wrap(cls)
+
+
+_PLAIN_OPTIONS = dict(order=False, unsafe_hash=False, match_args=True, kw_only=False, slots=False,
+                      weakref_slot=False)
+
+
+def _standard(cls, options):
+    """The class through ``dataclasses.dataclass`` itself (options this module leaves to it)."""
+    import dataclasses
+
+    for name, value in list(cls.__dict__.items()):
+        if isinstance(value, _Field):
+            setattr(cls, name, _standard_field(dataclasses, value))
+    kwargs = {k: v for k, v in options.items() if k in ("init", "repr", "eq", "order", "unsafe_hash", "frozen")
+              or v != _PLAIN_OPTIONS.get(k)}
+    return dataclasses.dataclass(cls, **kwargs)
+
+
+def _standard_field(dataclasses, f: _Field):
+    kwargs = dict(init=f.init, repr=f.repr, hash=f.hash, compare=f.compare, metadata=f.metadata)
+    if f.default is not MISSING:
+        kwargs["default"] = f.default
+    if f.default_factory is not MISSING:
+        kwargs["default_factory"] = f.default_factory
+    if f.kw_only is not MISSING:
+        kwargs["kw_only"] = f.kw_only
+    return dataclasses.field(**kwargs)
+
+
+def _is_special(annotation) -> bool:
+    """Whether an annotation is ``ClassVar``, ``InitVar`` or ``KW_ONLY`` (what the standard
+    decorator treats apart), read as it reads a string annotation: the name it starts with."""
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    head = text.split("[", 1)[0].strip().rsplit(".", 1)[-1]
+    return head in ("ClassVar", "InitVar", "KW_ONLY") or "_KW_ONLY" in text
+
+
+def _process(cls, options):
+    if (any(options[k] != v for k, v in _PLAIN_OPTIONS.items()) or cls.__bases__ != (object,)
+            or "__slots__" in cls.__dict__ or (not options["frozen"] and "__setattr__" in cls.__dict__)):
+        return _standard(cls, options)
+    annotations = cls.__dict__.get("__annotations__", {})
+    fields = []
+    for name, annotation in annotations.items():
+        if _is_special(annotation):
+            return _standard(cls, options)
+        default = cls.__dict__.get(name, MISSING)
+        if isinstance(default, _Field):
+            f = default
+            if not f.init or f.kw_only is not MISSING and f.kw_only:
+                return _standard(cls, options)
+        elif type(default).__name__ == "Field" and type(default).__module__ == "dataclasses":
+            return _standard(cls, options)
+        else:
+            f = _Field(default, MISSING, True, True, None, True, None, MISSING)
+        f.name = name
+        f.type = annotation
+        fields.append(f)
+
+    for f in fields:
+        if isinstance(f.default, (list, dict, set)):
+            raise ValueError(f"mutable default {type(f.default)} for field {f.name} is not allowed: "
+                             "use default_factory")
+        if f.default is not MISSING and f.default.__class__.__hash__ is None:
+            raise ValueError(f"mutable default {type(f.default)} for field {f.name} is not allowed: "
+                             "use default_factory")
+    seen_default = False
+    for f in fields:
+        if f.default is MISSING and f.default_factory is MISSING:
+            if seen_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+        else:
+            seen_default = True
+
+    for f in fields:                     # class attributes as the standard decorator leaves them
+        if isinstance(cls.__dict__.get(f.name), _Field):
+            if f.default is MISSING:
+                delattr(cls, f.name)
+            else:
+                setattr(cls, f.name, f.default)
+
+    names = tuple(f.name for f in fields)
+    cls.__light_fields__ = tuple(fields)
+    cls.__dataclass_fields__ = _LazyFields(cls)
+    cls.__dataclass_params__ = _LazyParams(cls, options)
+    own = cls.__dict__
+    qualname = cls.__qualname__
+    frozen = options["frozen"]
+    eq = options["eq"]
+
+    def add(name, function):
+        if name not in own:
+            function.__qualname__ = f"{qualname}.{function.__name__}"
+            setattr(cls, name, function)
+
+    if options["init"]:
+        add("__init__", _make_init(cls, fields, frozen))
+    if options["repr"]:
+        add("__repr__", _make_repr(tuple(f.name for f in fields if f.repr)))
+    if eq:
+        add("__eq__", _make_eq(tuple(f.name for f in fields if f.compare)))
+    if frozen:
+        for name, function in (("__setattr__", _make_setattr(cls, frozenset(names))),
+                               ("__delattr__", _make_delattr(cls, frozenset(names)))):
+            if name in own:
+                raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
+            function.__qualname__ = f"{qualname}.{function.__name__}"
+            setattr(cls, name, function)
+
+    class_hash = own.get("__hash__", MISSING)
+    explicit_hash = not (class_hash is MISSING or (class_hash is None and "__eq__" in own))
+    if not explicit_hash and eq:
+        if frozen:
+            hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+            function = _make_hash(hashed)
+            function.__qualname__ = f"{qualname}.__hash__"
+            cls.__hash__ = function
+        else:
+            cls.__hash__ = None
+
+    if "__match_args__" not in own:
+        cls.__match_args__ = names
+    if not getattr(cls, "__doc__"):
+        cls.__doc__ = _LazyDoc(cls)
+    return cls
+
+
+def _tuple_getter(names):
+    """A function returning the tuple of ``names``' values (``attrgetter`` where it already
+    returns a tuple)."""
+    if len(names) >= 2:
+        return attrgetter(*names)
+    if len(names) == 1:
+        single = attrgetter(names[0])
+        return lambda obj: (single(obj),)
+    return lambda obj: ()
+
+
+def _make_init(cls, fields, frozen):
+    names = tuple(f.name for f in fields)
+    count = len(names)
+    known = frozenset(names)
+    defaults = {f.name: f.default for f in fields if f.default is not MISSING}
+    factories = {f.name: f.default_factory for f in fields if f.default_factory is not MISSING}
+    required = sum(1 for f in fields if f.name not in defaults and f.name not in factories)
+    qualname = cls.__qualname__
+
+    def bind(args, kwargs):
+        """The field values in order, from arguments that are not simply all positional."""
+        given = len(args)
+        if given > count:
+            takes = (f"from {required + 1} to {count + 1} positional arguments" if required < count
+                     else f"{count + 1} positional argument{'' if count == 0 else 's'}")
+            raise TypeError(f"{qualname}.__init__() takes {takes} but {given + 1} were given")
+        for key in kwargs:
+            if key not in known:
+                raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {key!r}")
+            if key in names[:given]:
+                raise TypeError(f"{qualname}.__init__() got multiple values for argument {key!r}")
+        values = list(args)
+        missing = []
+        for name in names[given:]:
+            if name in kwargs:
+                values.append(kwargs[name])
+            elif name in defaults:
+                values.append(defaults[name])
+            elif name in factories:
+                values.append(factories[name]())
+            else:
+                missing.append(name)
+        if missing:
+            quoted = [repr(m) for m in missing]
+            listed = quoted[0] if len(quoted) == 1 else (
+                ", ".join(quoted[:-1]) + (", and " if len(quoted) > 2 else " and ") + quoted[-1])
+            raise TypeError(f"{qualname}.__init__() missing {len(missing)} required positional argument"
+                            f"{'s' if len(missing) > 1 else ''}: {listed}")
+        return values
+
+    if count >= 2:
+        by_keyword = itemgetter(*names)
+
+        def __init__(self, *args, **kwargs):
+            if kwargs or len(args) != count:
+                if not args and len(kwargs) == count and kwargs.keys() == known:
+                    args = by_keyword(kwargs)
+                else:
+                    args = bind(args, kwargs)
+            self.__dict__.update(zip(names, args))
+    else:
+        def __init__(self, *args, **kwargs):
+            if kwargs or len(args) != count:
+                args = bind(args, kwargs)
+            self.__dict__.update(zip(names, args))
+
+    return __init__
+
+
+_repr_running: set = set()
+
+
+def _make_repr(names):
+    getter = _tuple_getter(names)
+    labels = tuple(f"{name}=" for name in names)
+
+    def __repr__(self):
+        key = (id(self), get_ident())
+        if key in _repr_running:
+            return "..."
+        _repr_running.add(key)
+        try:
+            inner = ", ".join([label + repr(value) for label, value in zip(labels, getter(self))])
+        finally:
+            _repr_running.discard(key)
+        return f"{self.__class__.__qualname__}({inner})"
+
+    return __repr__
+
+
+def _make_eq(names):
+    getter = _tuple_getter(names)
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return getter(self) == getter(other)
+        return NotImplemented
+
+    return __eq__
+
+
+def _make_hash(names):
+    getter = _tuple_getter(names)
+
+    def __hash__(self):
+        return hash(getter(self))
+
+    return __hash__
+
+
+def _frozen_error(message):
+    from dataclasses import FrozenInstanceError
+
+    return FrozenInstanceError(message)
+
+
+def _make_setattr(cls, names):
+    def __setattr__(self, name, value):
+        if type(self) is cls or name in names:
+            raise _frozen_error(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    return __setattr__
+
+
+def _make_delattr(cls, names):
+    def __delattr__(self, name):
+        if type(self) is cls or name in names:
+            raise _frozen_error(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return __delattr__
+
+
+class _LazyFields:
+    """``__dataclass_fields__``: the standard ``Field`` objects, made (and stored on the class)
+    on first access."""
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __get__(self, obj, owner):
+        import dataclasses
+
+        owner = self.cls
+        fields = {}
+        for light in owner.__dict__["__light_fields__"]:
+            f = _standard_field(dataclasses, light)
+            f.name = light.name
+            f.type = light.type
+            f._field_type = dataclasses._FIELD
+            fields[light.name] = f
+        type.__setattr__(owner, "__dataclass_fields__", fields)
+        return fields
+
+
+class _LazyParams:
+    """``__dataclass_params__``: the standard record of the decorator's options, on first access."""
+
+    def __init__(self, cls, options):
+        self.cls = cls
+        self.options = options
+
+    def __get__(self, obj, owner):
+        from dataclasses import _DataclassParams
+
+        owner = self.cls
+        o = self.options
+        try:
+            params = _DataclassParams(o["init"], o["repr"], o["eq"], o["order"], o["unsafe_hash"], o["frozen"],
+                                      o["match_args"], o["kw_only"], o["slots"], o["weakref_slot"])
+        except TypeError:       # Python 3.10 and 3.11 record six options
+            params = _DataclassParams(o["init"], o["repr"], o["eq"], o["order"], o["unsafe_hash"], o["frozen"])
+        type.__setattr__(owner, "__dataclass_params__", params)
+        return params
+
+
+class _LazyDoc:
+    """A class's ``__doc__`` when it has no docstring: its name and ``__init__`` signature, as
+    the standard decorator writes it (``Name(a: 'int', b: 'str' = 'x')``), made on first access."""
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __get__(self, obj, owner):
+        owner = self.cls
+        parts = []
+        for f in owner.__dict__["__light_fields__"]:
+            text = f"{f.name}: {f.type!r}" if isinstance(f.type, str) else f"{f.name}: {_annotation(f.type)}"
+            if f.default is not MISSING:
+                text += f" = {f.default!r}"
+            elif f.default_factory is not MISSING:
+                text += " = <factory>"
+            parts.append(text)
+        doc = f"{owner.__name__}({', '.join(parts)})"
+        type.__setattr__(owner, "__doc__", doc)
+        return doc
+
+
+def _annotation(annotation) -> str:
+    if isinstance(annotation, type):
+        if annotation.__module__ == "builtins":
+            return annotation.__qualname__
+        return f"{annotation.__module__}.{annotation.__qualname__}"
+    return repr(annotation).replace("typing.", "")
+
+
+def replace(obj, /, **changes):
+    """``dataclasses.replace``: ``obj``'s class made from ``obj``'s fields with ``changes``."""
+    light = obj.__class__.__dict__.get("__light_fields__")
+    if light is None:
+        import dataclasses
+
+        return dataclasses.replace(obj, **changes)
+    for f in light:
+        if f.name not in changes:
+            changes[f.name] = getattr(obj, f.name)
+    return obj.__class__(**changes)
