@@ -234,3 +234,52 @@ def test_project_classes_are_light():
 
     for cls in (EstimatorConfig, FlagSpec, StageEstimate):
         assert "__light_fields__" in cls.__dict__
+
+
+def make_named_tuples(base):
+    class Tensor(base):
+        """A tensor."""
+
+        name: str
+        numel: int
+        shared: bool = False
+        note: str = ""
+
+        @property
+        def double(self) -> int:
+            return 2 * self.numel
+
+        def label(self) -> str:
+            return f"{self.name}:{self.numel}"
+
+    class Bare(base):
+        a: int
+        b: int
+
+    return Tensor, Bare
+
+
+def test_named_tuple_as_typing_named_tuple():
+    import typing
+
+    std, lit = make_named_tuples(typing.NamedTuple), make_named_tuples(light.NamedTuple)
+    for s, t in zip(std, lit):
+        assert t.__bases__ == s.__bases__ == (tuple,)
+        assert t._fields == s._fields and t._field_defaults == s._field_defaults
+        assert t.__doc__ == s.__doc__ and t.__name__ == s.__name__ and t.__qualname__ == s.__qualname__
+        assert list(t.__annotations__) == list(s.__annotations__)
+    s, t = std[0]("w", 3), lit[0]("w", 3)
+    assert repr(s) == repr(t) and s == t and hash(s) == hash(t) and tuple(s) == tuple(t)
+    assert t.double == 6 and t.label() == "w:3" and t._replace(numel=4).numel == 4 and t._asdict() == s._asdict()
+    assert std[1](1, 2) == lit[1](1, 2) and repr(std[1](1, 2)) == repr(lit[1](1, 2))
+    for base in (typing.NamedTuple, light.NamedTuple):
+        with pytest.raises(TypeError, match="Non-default namedtuple field b cannot follow default field a"):
+            class Bad(base):
+                a: int = 0
+                b: int
+        with pytest.raises(AttributeError, match="Cannot overwrite NamedTuple attribute _replace"):
+            class Worse(base):
+                a: int
+
+                def _replace(self):
+                    pass

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from megatron_estimator.core.hints import PYTHON, describe_value
 from megatron_estimator.core.plain_schema import plainly_valid

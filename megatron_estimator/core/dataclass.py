@@ -29,7 +29,7 @@ from __future__ import annotations
 from _thread import get_ident
 from operator import attrgetter, itemgetter
 
-__all__ = ["dataclass", "field", "replace", "MISSING"]
+__all__ = ["dataclass", "field", "replace", "MISSING", "NamedTuple"]
 
 
 class _Missing:
@@ -426,3 +426,40 @@ def replace(obj, /, **changes):
         if f.name not in changes:
             changes[f.name] = getattr(obj, f.name)
     return obj.__class__(**changes)
+
+
+_NAMED_TUPLE_PROHIBITED = frozenset({"__new__", "__init__", "__slots__", "__getnewargs__", "_fields", "_field_defaults",
+                                     "_make", "_replace", "_asdict", "_source"})
+_NAMED_TUPLE_SPECIAL = frozenset({"__module__", "__name__", "__annotations__"})
+
+
+class _NamedTupleMeta(type):
+    """``typing.NamedTuple``'s class syntax, without importing ``typing``: the class is
+    ``collections.namedtuple`` of the annotated fields (the trailing ones with defaults), with
+    the class body's methods and attributes; its ``__annotations__`` are kept as written (the
+    strings of ``from __future__ import annotations``, where typing makes ForwardRefs)."""
+
+    def __new__(mcls, typename, bases, ns):
+        if not bases:           # the NamedTuple base itself
+            return super().__new__(mcls, typename, bases, ns)
+        from collections import namedtuple
+
+        types = ns.get("__annotations__", {})
+        default_names = []
+        for name in types:
+            if name in ns:
+                default_names.append(name)
+            elif default_names:
+                raise TypeError(f"Non-default namedtuple field {name} cannot follow default field"
+                                f"{'s' if len(default_names) > 1 else ''} {', '.join(default_names)}")
+        made = namedtuple(typename, list(types), defaults=[ns[n] for n in default_names], module=ns["__module__"])
+        made.__annotations__ = made.__new__.__annotations__ = dict(types)
+        for key in ns:
+            if key in _NAMED_TUPLE_PROHIBITED:
+                raise AttributeError("Cannot overwrite NamedTuple attribute " + key)
+            if key not in _NAMED_TUPLE_SPECIAL and key not in made._fields:
+                setattr(made, key, ns[key])
+        return made
+
+
+NamedTuple = type.__new__(_NamedTupleMeta, "NamedTuple", (), {"__module__": __name__})

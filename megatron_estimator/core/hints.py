@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6, *,

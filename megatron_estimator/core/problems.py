@@ -9,7 +9,9 @@ them out of the library in one exception.  This module imports nothing of the pr
 from __future__ import annotations
 
 from megatron_estimator.core.dataclass import dataclass
-from typing import Iterable, Iterator
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator
 
 
 @dataclass(frozen=True)

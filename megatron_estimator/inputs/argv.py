@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import re
 from megatron_estimator.core.dataclass import dataclass
-from typing import Any, Collection, Mapping, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Collection, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from megatron_estimator.core.dataclass import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from megatron_estimator.core.dataclass import dataclass
 from functools import cache
-from typing import Any, Iterator, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, Sequence
 
 from megatron_estimator.core.resources import read_data_text
 

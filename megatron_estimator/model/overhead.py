@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import re
 from megatron_estimator.core.dataclass import dataclass
-from typing import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 from megatron_estimator.core.units import MiB
 

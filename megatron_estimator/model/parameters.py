@@ -39,8 +39,7 @@ from):
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
-from typing import NamedTuple
+from megatron_estimator.core.dataclass import NamedTuple, dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.layout import ModelChunk

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import math
 from megatron_estimator.core.dataclass import dataclass, replace
-from typing import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act

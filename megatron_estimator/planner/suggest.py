@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import gc
 from megatron_estimator.core.dataclass import dataclass
-from typing import Any, Callable, Iterator, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -167,7 +169,8 @@ class SuggestionSearch(_Search):
         return tuple(g for g in GROUPS if changed[g])
 
 
-Verifier = Callable[[RawArgs], Verdict]
+if TYPE_CHECKING:
+    Verifier = Callable[[RawArgs], Verdict]
 
 
 def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], verify: Verifier,

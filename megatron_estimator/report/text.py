@@ -7,7 +7,9 @@ the contract described by ``schemas/report.schema.json``.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 from megatron_estimator.core import units
 from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 from megatron_estimator.core.dataclass import replace
-from typing import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.parser import parse

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from megatron_estimator.core.dataclass import dataclass
-from typing import Iterable, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping
 
 UNRESOLVED = "unresolved-variable"
 UNSUPPORTED = "unsupported-shell-construct"

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import re
 from megatron_estimator.core.dataclass import dataclass, field
-from typing import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 
 @dataclass(frozen=True)

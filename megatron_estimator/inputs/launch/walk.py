@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping, Sequence
+
+    from megatron_estimator.inputs.launch.command import CommandStringSplitter
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
-from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_FAMILY, CommandStringSplitter, LaunchCommand
+from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_FAMILY, LaunchCommand
 from megatron_estimator.inputs.launch.launchers import DistributedLaunchers
 from megatron_estimator.inputs.launch.programs import (
     BASH_LONG_FLAGS, BASH_VALUE_OPTIONS, CONTAINER_EXEC, FT_LAUNCHER, MPI_NAMES, NSYS, PYTHON_FLAGS, PYTHON_LONG_FLAGS,
