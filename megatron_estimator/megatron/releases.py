@@ -13,10 +13,10 @@ then answers for it.  Without a choice it is the newest supported release, ``mai
 
 from __future__ import annotations
 
-import re
 from megatron_estimator.core.dataclass import dataclass
 from functools import cache
 
+from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text
 
 RELEASES_FILE = "megatron_releases.tsv"
@@ -74,7 +74,7 @@ def release(label: str) -> Release:
     return releases()[order_of(label)]
 
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+_VERSION = LazyPattern(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
 
 
 def choose_release(text: str) -> tuple[str, str]:
@@ -151,7 +151,7 @@ def release_of(text: str, source: str) -> ChosenRelease:
 
 # -- detection without importing Megatron -----------------------------------------------------
 
-_PACKAGE_INFO = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", re.M)
+_PACKAGE_INFO = LazyPattern(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", "MULTILINE")
 
 
 def read_package_info(path: str) -> str | None:
@@ -175,7 +175,14 @@ def package_info_in_tree(directory: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-_DIST_NAME = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
+_DIST_NAME = LazyPattern(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", "IGNORECASE")
+
+
+def _might_be_dist_name(name: str) -> bool:
+    """False when ``_DIST_NAME`` certainly does not match: an ASCII name matches it case-blind
+    only if its lower case starts with "megatron" (re's extra case-blind equivalences are all
+    non-ASCII characters)."""
+    return not name.isascii() or name.lower().startswith("megatron")
 
 
 def installed_megatron_core(path: list[str] | None = None) -> str | None:
@@ -193,7 +200,7 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
         except OSError:
             continue
         for name in names:
-            found = _DIST_NAME.match(name)
+            found = _might_be_dist_name(name) and _DIST_NAME.match(name)
             if not found:
                 continue
             meta = os.path.join(entry or ".", name, "METADATA" if found.group(2).lower() == "dist-info"
@@ -213,7 +220,7 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
 # -- NGC NeMo containers ----------------------------------------------------------------------
 
 NEMO_CONTAINERS_FILE = "nemo_containers.tsv"
-_NEMO_TAG = re.compile(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
+_NEMO_TAG = LazyPattern(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
 
 
 @cache
@@ -231,6 +238,8 @@ def nemo_tags(text: str, display: str) -> list[tuple[str, str]]:
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.lstrip()
         if stripped.startswith("#") and not stripped.startswith("#SBATCH"):
+            continue
+        if "nvcr.io/nvidia/nemo:" not in line:     # what a match starts with: re is not needed
             continue
         for match in _NEMO_TAG.finditer(line):
             found.append((match.group(0), f"{display}:{number}"))
