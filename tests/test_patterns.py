@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from megatron_estimator.core.patterns import LazyPattern, might_be_negative_number
+from megatron_estimator.core.patterns import LazyPattern, is_shell_assignment, might_be_negative_number
 from megatron_estimator.core.resources import read_data_text
 from megatron_estimator.megatron import flags, releases
 from megatron_estimator.model.overhead import _size_count_pairs
@@ -69,7 +69,7 @@ def test_negative_number_prefilter_is_sound():
             assert not re.match(r"-\.?\d", token), token
 
 
-def test_dist_name_prefilter_is_sound():
+def test_dist_kind_as_the_pattern():
     names = ["megatron_core-0.16.1.dist-info", "MEGATRON-CORE-1.0.EGG-INFO", "Megatron.core-2.dist-info", "torch",
              "megatron", "xmegatron_core-1.dist-info", "megatron_core-1.dıst-info", "mega", "megatron_core-1.DIST-İNFO"]
     rng = random.Random(4)
@@ -77,9 +77,12 @@ def test_dist_name_prefilter_is_sound():
     names += ["".join(rng.choice(letters) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
     names += ["megatron" + "".join(rng.choice(letters) for _ in range(rng.randint(1, 20))) for _ in range(3000)]
     pattern = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
+    names += ["megatron_core-" + "".join(rng.choice(letters) for _ in range(rng.randint(0, 20))) for _ in range(3000)]
+    names += ["megatron-core-1" + rng.choice([".dist-info", ".egg-info", ".DIST-INFO", ".dist-infox", "-x.egg-info"])
+              for _ in range(200)]
     for name in names:
-        if not releases._might_be_dist_name(name):
-            assert not pattern.match(name), name
+        found = pattern.match(name)
+        assert releases._dist_kind(name) == (found.group(2).lower() if found else None), name
 
 
 def test_lazy_pattern_is_the_compiled_pattern():
@@ -88,3 +91,28 @@ def test_lazy_pattern_is_the_compiled_pattern():
     text = "aab\nAA\nc"
     assert [m.groups() for m in lazy.finditer(text)] == [m.groups() for m in real.finditer(text)]
     assert lazy.findall(text) == real.findall(text) and lazy.pattern == real.pattern and lazy.flags == real.flags
+
+
+def test_shell_assignment_as_the_pattern():
+    words = strings(5, 2000) + ["A=1", "_x=", "9a=1", "a-b=1", "é=1", "=1", "a", "ab_9=x=y", "A B=1", "a\n=1"]
+    rng = random.Random(6)
+    words += ["".join(rng.choice("aZ_9=-é ") for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    for word in words:
+        assert is_shell_assignment(word) == bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word)), word
+
+
+def test_literal_prefix_answers_as_the_pattern():
+    lazy = LazyPattern(r"^python(\d+(\.\d+)*)?[a-z]?$", literal_prefix="python")
+    for name in ("python", "python3", "python3.11", "python3m", "pythonx", "pytho", "ipython", "python3.", "python\n"):
+        found, expected = lazy.match(name), re.match(r"^python(\d+(\.\d+)*)?[a-z]?$", name)
+        assert (found and found.group(0)) == (expected and expected.group(0)), name
+
+
+def test_version_groups_as_the_pattern():
+    pattern = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+    texts = ["0.16", "0.16.1", "v0.16.1", "0.18.0rc0", "1.2.3.4", "1..2", "٣.1", "0.16.1+x", "vv1.2", "1.2.", ".1.2",
+             "01.002", "0.16.dev1", "12.34.56"]
+    texts += strings(7, 2000)
+    for text in texts:
+        found = pattern.match(text)
+        assert releases._version_groups(text) == (found.groups() if found else None), text

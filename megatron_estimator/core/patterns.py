@@ -15,12 +15,20 @@ class LazyPattern:
     """``re.compile(pattern, *flags)`` on first use; ``flags`` are names of ``re`` flags
     ("MULTILINE", "IGNORECASE")."""
 
-    __slots__ = ("_pattern", "_flags", "_compiled")
+    __slots__ = ("_pattern", "_flags", "_compiled", "_prefix")
 
-    def __init__(self, pattern: str, *flags: str):
+    def __init__(self, pattern: str, *flags: str, literal_prefix: str = ""):
+        # literal_prefix: what every match of an anchored pattern starts with (no flags):
+        # match() answers None for other texts without compiling.
         self._pattern = pattern
         self._flags = flags
         self._compiled = None
+        self._prefix = literal_prefix
+
+    def match(self, text: str, *args):
+        if self._prefix and not text.startswith(self._prefix):
+            return None
+        return self.compiled().match(text, *args)
 
     def compiled(self):
         if self._compiled is None:
@@ -40,3 +48,23 @@ def might_be_negative_number(token: str) -> bool:
     """False when ``token`` certainly does not start with "-" and a decimal digit or "."
     (what argparse's negative-number and number-like patterns need first)."""
     return len(token) > 1 and token[0] == "-" and (token[1] == "." or token[1].isdecimal())
+
+
+class _LazyRe:
+    """The ``re`` module, imported on first attribute use: ``from megatron_estimator.core.patterns
+    import lazy_re as re`` in a module whose calls of ``re`` are off the start-up paths."""
+
+    def __getattr__(self, name: str):
+        import re
+
+        return getattr(re, name)
+
+
+lazy_re = _LazyRe()
+
+
+def is_shell_assignment(word: str) -> bool:
+    """``re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word)``: ``NAME=value`` (ASCII name)."""
+    name, equals, _ = word.partition("=")
+    return bool(equals) and name != "" and not name[0].isdigit() and name.isascii() and (
+        name.replace("_", "a").isalnum())

@@ -77,18 +77,28 @@ def release(label: str) -> Release:
 _VERSION = LazyPattern(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
 
 
+def _version_groups(text: str) -> tuple | None:
+    """``_VERSION.match(text).groups()``, or None; a plain ``X.Y`` or ``X.Y.Z`` (ASCII digits,
+    optionally after "v") is read without ``re``."""
+    parts = (text[1:] if text[:1] == "v" else text).split(".")
+    if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
+        return parts[0], parts[1], parts[2] if len(parts) == 3 else None, None
+    found = _VERSION.match(text)
+    return found.groups() if found else None
+
+
 def choose_release(text: str) -> tuple[str, str]:
     """``(label, warning)`` for a version string; raises ``UnknownRelease``."""
     text = text.strip()
     if text.lower() == NEWEST or text[:len("core_v")] == "core_v" and text[6:] in labels():
         return (NEWEST if text.lower() == NEWEST else text[6:]), ""
-    found = _VERSION.match(text)
+    found = _version_groups(text)
     supported = ", ".join(labels())
     if not found:
         raise UnknownRelease(f"{text!r} is not a Megatron version (supported: {supported})")
-    major, minor = int(found.group(1)), int(found.group(2))
-    patch = None if found.group(3) is None else int(found.group(3))
-    suffix = found.group(4) or ""
+    major, minor = int(found[0]), int(found[1])
+    patch = None if found[2] is None else int(found[2])
+    suffix = found[3] or ""
     same_minor = [r for r in releases() if r.numbers and r.numbers[:2] == (major, minor)]
     if not same_minor:
         newest = max((r for r in releases() if r.numbers), key=lambda r: r.numbers)
@@ -178,11 +188,21 @@ def package_info_in_tree(directory: str) -> str | None:
 _DIST_NAME = LazyPattern(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", "IGNORECASE")
 
 
-def _might_be_dist_name(name: str) -> bool:
-    """False when ``_DIST_NAME`` certainly does not match: an ASCII name matches it case-blind
-    only if its lower case starts with "megatron" (re's extra case-blind equivalences are all
-    non-ASCII characters)."""
-    return not name.isascii() or name.lower().startswith("megatron")
+def _dist_kind(name: str) -> str | None:
+    """"dist-info" or "egg-info" (lower case) when ``_DIST_NAME`` matches ``name``, else None.
+    An ASCII name is read without ``re``: case-blind matching of ASCII text is matching its
+    lower case (re's extra case-blind equivalences are all non-ASCII characters)."""
+    if not name.isascii():
+        found = _DIST_NAME.match(name)
+        return found.group(2).lower() if found else None
+    low = name.lower()
+    if not (low.startswith("megatron") and low[8:9] in ("-", "_", ".") and low[9:14] == "core-"):
+        return None
+    for kind in ("dist-info", "egg-info"):
+        version = low[14:-len(kind) - 1]
+        if low.endswith("." + kind) and len(low) > 14 + len(kind) + 1 and "-" not in version:
+            return kind
+    return None
 
 
 def installed_megatron_core(path: list[str] | None = None) -> str | None:
@@ -200,11 +220,10 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
         except OSError:
             continue
         for name in names:
-            found = _might_be_dist_name(name) and _DIST_NAME.match(name)
-            if not found:
+            kind = _dist_kind(name)
+            if kind is None:
                 continue
-            meta = os.path.join(entry or ".", name, "METADATA" if found.group(2).lower() == "dist-info"
-                                else "PKG-INFO")
+            meta = os.path.join(entry or ".", name, "METADATA" if kind == "dist-info" else "PKG-INFO")
             try:
                 with open(meta, encoding="utf-8") as handle:
                     for line in handle:

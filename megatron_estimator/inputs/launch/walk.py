@@ -9,7 +9,7 @@ python, wrappers that run the rest of the command (``env``, ``numactl``, ``nsys 
 from __future__ import annotations
 
 import os
-import re
+from megatron_estimator.core.patterns import is_shell_assignment, lazy_re as re
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Mapping, Sequence
@@ -501,7 +501,7 @@ class _Walk(DistributedLaunchers):
                 continue
             break
         parsed_end = j
-        while parsed_end < len(tokens) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[parsed_end]):
+        while parsed_end < len(tokens) and is_shell_assignment(tokens[parsed_end]):
             var, _, value = tokens[parsed_end].partition("=")
             self.set_env(var, value, "env")
             parsed_end += 1
