@@ -122,12 +122,17 @@ def _process(cls, options):
             or "__slots__" in cls.__dict__ or (not options["frozen"] and "__setattr__" in cls.__dict__)):
         return _standard(cls, options)
     annotations = cls.__dict__.get("__annotations__", {})
+    own = cls.__dict__
     fields = []
+    seen_default = False
     for name, annotation in annotations.items():
-        if _is_special(annotation):
+        if (type(annotation) is not str or "ClassVar" in annotation or "InitVar" in annotation
+                or "KW_ONLY" in annotation) and _is_special(annotation):
             return _standard(cls, options)
-        default = cls.__dict__.get(name, MISSING)
-        if isinstance(default, _Field):
+        default = own.get(name, MISSING)
+        if default is MISSING:
+            f = _Field(MISSING, MISSING, True, True, None, True, None, MISSING)
+        elif type(default) is _Field:
             f = default
             if not f.init or f.kw_only is not MISSING and f.kw_only:
                 return _standard(cls, options)
@@ -137,25 +142,19 @@ def _process(cls, options):
             f = _Field(default, MISSING, True, True, None, True, None, MISSING)
         f.name = name
         f.type = annotation
-        fields.append(f)
-
-    for f in fields:
-        if isinstance(f.default, (list, dict, set)):
+        if f.default is not MISSING and (isinstance(f.default, (list, dict, set))
+                                         or f.default.__class__.__hash__ is None):
             raise ValueError(f"mutable default {type(f.default)} for field {f.name} is not allowed: "
                              "use default_factory")
-        if f.default is not MISSING and f.default.__class__.__hash__ is None:
-            raise ValueError(f"mutable default {type(f.default)} for field {f.name} is not allowed: "
-                             "use default_factory")
-    seen_default = False
-    for f in fields:
         if f.default is MISSING and f.default_factory is MISSING:
             if seen_default:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
         else:
             seen_default = True
+        fields.append(f)
 
     for f in fields:                     # class attributes as the standard decorator leaves them
-        if isinstance(cls.__dict__.get(f.name), _Field):
+        if type(own.get(f.name)) is _Field:
             if f.default is MISSING:
                 delattr(cls, f.name)
             else:
@@ -165,7 +164,6 @@ def _process(cls, options):
     cls.__light_fields__ = tuple(fields)
     cls.__dataclass_fields__ = _LazyFields(cls)
     cls.__dataclass_params__ = _LazyParams(cls, options)
-    own = cls.__dict__
     qualname = cls.__qualname__
     frozen = options["frozen"]
     eq = options["eq"]

@@ -21,7 +21,6 @@ syntax error is still routed to its loader, which then reports the error with it
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -98,6 +97,8 @@ def _is_hf_config(path: Path) -> bool:
     text = _read_head(path, _JSON_BYTES)
     if text is None:
         return False
+    import json
+
     try:
         data = json.loads(text)
     except ValueError:
