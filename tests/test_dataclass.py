@@ -283,3 +283,35 @@ def test_named_tuple_as_typing_named_tuple():
 
                 def _replace(self):
                     pass
+
+
+def test_hot_methods_behave_alike():
+    # A method called HOT_CALLS times is replaced by compiled code: the same behaviour after.
+    hot = make_classes("light")
+    for name, args, kwargs in CALLS:
+        cls = hot[name]
+        for _ in range(light.HOT_CALLS + 1):
+            a, b = cls(*args, **kwargs), cls(*args, **kwargs)
+            _ = a == b
+            if cls.__hash__ is not None:
+                hash(a)
+    assert "<string>" in hot["Point"].__init__.__code__.co_filename
+    assert "<string>" in hot["Point"].__hash__.__code__.co_filename
+    assert "<string>" in hot["Point"].__eq__.__code__.co_filename
+    assert hot["OwnMethods"].__hash__(hot["OwnMethods"](1)) == hash(1)      # written in the class: kept
+    for name, args, kwargs in CALLS:
+        std_cls, hot_cls = STANDARD[name], hot[name]
+        a, b = std_cls(*args, **kwargs), hot_cls(*args, **kwargs)
+        assert repr(a) == repr(b) and vars(a) == vars(b) and list(vars(a)) == list(vars(b))
+        assert (a == std_cls(*args, **kwargs)) == (b == hot_cls(*args, **kwargs))
+        if std_cls.__hash__ is not None and name != "Identity":
+            assert hash(a) == hash(b)
+        assert b.__eq__(1) is NotImplemented or name == "OwnEq"
+    m1, m2 = hot["Mutable"]("m"), hot["Mutable"]("m")
+    assert m1.items == [] and m1.items is not m2.items
+    for args, kwargs in [((), {}), ((1, 2, 3, 4, 5, 6, 7), {}), ((1,), {"x": 2}), ((1,), {"z": 2}), ((), {"y": 1})]:
+        with pytest.raises(TypeError) as std:
+            STANDARD["Point"](*args, **kwargs)
+        with pytest.raises(TypeError) as lit:
+            hot["Point"](*args, **kwargs)
+        assert str(lit.value) == str(std.value)

@@ -178,7 +178,7 @@ def _process(cls, options):
     if options["repr"]:
         add("__repr__", _make_repr(tuple(f.name for f in fields if f.repr)))
     if eq:
-        add("__eq__", _make_eq(tuple(f.name for f in fields if f.compare)))
+        add("__eq__", _make_eq(cls, tuple(f.name for f in fields if f.compare)))
     if frozen:
         for name, function in (("__setattr__", _make_setattr(cls, frozenset(names))),
                                ("__delattr__", _make_delattr(cls, frozenset(names)))):
@@ -192,7 +192,7 @@ def _process(cls, options):
     if not explicit_hash and eq:
         if frozen:
             hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
-            function = _make_hash(hashed)
+            function = _make_hash(cls, hashed)
             function.__qualname__ = f"{qualname}.__hash__"
             cls.__hash__ = function
         else:
@@ -256,23 +256,58 @@ def _make_init(cls, fields, frozen):
                             f"{'s' if len(missing) > 1 else ''}: {listed}")
         return values
 
-    if count >= 2:
-        by_keyword = itemgetter(*names)
+    by_keyword = itemgetter(*names) if count >= 2 else None
+    calls = 0
 
-        def __init__(self, *args, **kwargs):
-            if kwargs or len(args) != count:
-                if not args and len(kwargs) == count and kwargs.keys() == known:
-                    args = by_keyword(kwargs)
-                else:
-                    args = bind(args, kwargs)
-            self.__dict__.update(zip(names, args))
-    else:
-        def __init__(self, *args, **kwargs):
-            if kwargs or len(args) != count:
+    def __init__(self, *args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == HOT_CALLS:
+            _compile_hot(cls, "__init__", __init__, _init_source(fields),
+                         {"__dataclass_defaults__": defaults, "__dataclass_factories__": factories})
+        if kwargs or len(args) != count:
+            if by_keyword is not None and not args and len(kwargs) == count and kwargs.keys() == known:
+                args = by_keyword(kwargs)
+            else:
                 args = bind(args, kwargs)
-            self.__dict__.update(zip(names, args))
+        self.__dict__.update(zip(names, args))
 
     return __init__
+
+
+# A method called this many times is replaced by the standard decorator's own code for it,
+# compiled then (as dataclasses writes it): classes made at start-up cost no compiling, the
+# few an estimate or a search uses thousands of times run at the standard speed.
+HOT_CALLS = 200
+
+
+def _compile_hot(cls, name, closure, source, namespace):
+    """Replace ``cls``'s ``name`` (still ``closure``) by the function ``source`` defines."""
+    if cls.__dict__.get(name) is not closure:
+        return
+    scope = dict(namespace, __dataclass_hash__=hash, __dataclass_not_implemented__=NotImplemented)
+    exec(source, scope)
+    function = scope[name]
+    function.__qualname__ = f"{cls.__qualname__}.{name}"
+    type.__setattr__(cls, name, function)
+
+
+def _init_source(fields) -> str:
+    """``__init__`` as the standard decorator writes it (``__dict__`` stores for every class)."""
+    params, body = ["__dataclass_self__"], ["    __dataclass_d__ = __dataclass_self__.__dict__"]
+    for f in fields:
+        if f.default is not MISSING:
+            params.append(f"{f.name}=__dataclass_defaults__[{f.name!r}]")
+            body.append(f"    __dataclass_d__[{f.name!r}] = {f.name}")
+        elif f.default_factory is not MISSING:
+            params.append(f"{f.name}=__dataclass_has_factory__")
+            body.append(f"    __dataclass_d__[{f.name!r}] = __dataclass_factories__[{f.name!r}]() "
+                        f"if {f.name} is __dataclass_has_factory__ else {f.name}")
+        else:
+            params.append(f.name)
+            body.append(f"    __dataclass_d__[{f.name!r}] = {f.name}")
+    return ("__dataclass_has_factory__ = object()\n"
+            f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n")
 
 
 _repr_running: set = set()
@@ -296,10 +331,23 @@ def _make_repr(names):
     return __repr__
 
 
-def _make_eq(names):
+def _fields_tuple(obj: str, names) -> str:
+    return "(" + "".join(f"{obj}.{name}," for name in names) + ")"
+
+
+def _make_eq(cls, names):
     getter = _tuple_getter(names)
+    calls = 0
+    source = ("def __eq__(self, other):\n"
+              "    if other.__class__ is self.__class__:\n"
+              f"        return {_fields_tuple('self', names)} == {_fields_tuple('other', names)}\n"
+              "    return __dataclass_not_implemented__\n")
 
     def __eq__(self, other):
+        nonlocal calls
+        calls += 1
+        if calls == HOT_CALLS:
+            _compile_hot(cls, "__eq__", __eq__, source, {})
         if other.__class__ is self.__class__:
             return getter(self) == getter(other)
         return NotImplemented
@@ -307,10 +355,16 @@ def _make_eq(names):
     return __eq__
 
 
-def _make_hash(names):
+def _make_hash(cls, names):
     getter = _tuple_getter(names)
+    calls = 0
+    source = f"def __hash__(self):\n    return __dataclass_hash__({_fields_tuple('self', names)})\n"
 
     def __hash__(self):
+        nonlocal calls
+        calls += 1
+        if calls == HOT_CALLS:
+            _compile_hot(cls, "__hash__", __hash__, source, {})
         return hash(getter(self))
 
     return __hash__
