@@ -228,7 +228,7 @@ _VENDOR_PREFIXES = ("nvidiageforce", "nvidia", "amdinstinct", "amd", "instinct",
 
 
 def _key(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isalnum())
+    return "".join(filter(str.isalnum, name.lower()))
 
 
 def _index() -> dict[str, GpuSpec]:
