@@ -263,14 +263,17 @@ def _make_init(cls, fields, frozen):
         nonlocal calls
         calls += 1
         if calls == HOT_CALLS:
-            _compile_hot(cls, "__init__", __init__, _init_source(fields),
+            _compile_hot(cls, "__init__", __init__, _init_source(fields, frozen),
                          {"__dataclass_defaults__": defaults, "__dataclass_factories__": factories})
         if kwargs or len(args) != count:
             if by_keyword is not None and not args and len(kwargs) == count and kwargs.keys() == known:
                 args = by_keyword(kwargs)
             else:
                 args = bind(args, kwargs)
-        self.__dict__.update(zip(names, args))
+        # object.__setattr__, as the standard decorator's code stores: self.__dict__ would make
+        # the instance's attributes slower to read for the rest of its life (Python 3.11+).
+        for name, value in zip(names, args):
+            _object_setattr(self, name, value)
 
     return __init__
 
@@ -285,31 +288,36 @@ def _compile_hot(cls, name, closure, source, namespace):
     """Replace ``cls``'s ``name`` (still ``closure``) by the function ``source`` defines."""
     if cls.__dict__.get(name) is not closure:
         return
-    scope = dict(namespace, __dataclass_hash__=hash, __dataclass_not_implemented__=NotImplemented)
+    scope = dict(namespace, __dataclass_hash__=hash, __dataclass_not_implemented__=NotImplemented,
+                 __dataclass_object_setattr__=_object_setattr)
     exec(source, scope)
     function = scope[name]
     function.__qualname__ = f"{cls.__qualname__}.{name}"
     type.__setattr__(cls, name, function)
 
 
-def _init_source(fields) -> str:
-    """``__init__`` as the standard decorator writes it (``__dict__`` stores for every class)."""
-    params, body = ["__dataclass_self__"], ["    __dataclass_d__ = __dataclass_self__.__dict__"]
+def _init_source(fields, frozen: bool) -> str:
+    """``__init__`` as the standard decorator writes it: ``object.__setattr__`` stores for a
+    frozen class, attribute assignments for another."""
+    params, body = ["__dataclass_self__"], []
     for f in fields:
+        value = f.name
         if f.default is not MISSING:
             params.append(f"{f.name}=__dataclass_defaults__[{f.name!r}]")
-            body.append(f"    __dataclass_d__[{f.name!r}] = {f.name}")
         elif f.default_factory is not MISSING:
             params.append(f"{f.name}=__dataclass_has_factory__")
-            body.append(f"    __dataclass_d__[{f.name!r}] = __dataclass_factories__[{f.name!r}]() "
-                        f"if {f.name} is __dataclass_has_factory__ else {f.name}")
+            value = f"__dataclass_factories__[{f.name!r}]() if {f.name} is __dataclass_has_factory__ else {f.name}"
         else:
             params.append(f.name)
-            body.append(f"    __dataclass_d__[{f.name!r}] = {f.name}")
+        if frozen:
+            body.append(f"    __dataclass_object_setattr__(__dataclass_self__, {f.name!r}, {value})")
+        else:
+            body.append(f"    __dataclass_self__.{f.name} = {value}")
     return ("__dataclass_has_factory__ = object()\n"
-            f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n")
+            f"def __init__({', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n")
 
 
+_object_setattr = object.__setattr__
 _repr_running: set = set()
 
 
