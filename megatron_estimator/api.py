@@ -19,8 +19,11 @@ needs resolved the same way lives here once: the budget (``budget_bytes``), the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from megatron_estimator.core.dataclass import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting

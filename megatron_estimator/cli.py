@@ -225,6 +225,97 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The command lines ``estimate``, ``run`` and ``check`` are given in front of every launch are
+# read without argparse when they are plain: every option spelled out in full (``--opt VALUE``,
+# ``--opt=VALUE`` or a flag), no value starting with "-", then ``-- ...`` (estimate, run) or the
+# files (check).  For those, argparse's namespace is certain (tests/test_cli_fast_path.py holds
+# the two to each other, and these tables to build_parser's); anything else (help, an unknown or
+# abbreviated option, a bad value, two sources, a file before an option) goes to argparse, which
+# gives its own messages.  Kinds: "value" stores the string, "int" int() of it, "flag" stores
+# True, "append" adds the string to a list.
+_FAST_COMMON = {
+    "--budget": ("budget", "value", None), "--gpu": ("gpu", "value", None),
+    "--format": ("format", "value", ("text", "json", "markdown")), "--world-size": ("world_size", "int", None),
+    "--megatron-version": ("megatron_version", "value", None), "--cuda-context": ("cuda_context", "value", None),
+    "--nccl-buffers": ("nccl_buffers", "value", None), "--fragmentation": ("fragmentation", "value", None),
+    "--routing-imbalance": ("routing_imbalance", "value", None), "--flash-attn": ("flash_attn", "value", None),
+    "--resume": ("resume", "value", ("auto", "yes", "no")),
+}
+_FAST_ACCEPT_FLAGS = {"--accept-flags": ("accept_flags", "append", None)}
+# command -> (its options, the defaults of the dests they set, the positional dest, whether
+# that positional is argparse.REMAINDER after "--" (else one or more files))
+_FAST_COMMANDS = {
+    "estimate": ({**_FAST_COMMON, "--hf-config": ("hf_config", "value", None), "--model": ("model", "value", None)},
+                 {}, "megatron_args", True),
+    "run": ({**_FAST_COMMON, "--warn-only": ("warn_only", "flag", None), **_FAST_ACCEPT_FLAGS}, {}, "launch", True),
+    "check": ({**_FAST_COMMON, "--skip-unknown": ("skip_unknown", "flag", None), **_FAST_ACCEPT_FLAGS,
+               "--script-arg": ("script_arg", "append", None)}, {"skip_unknown": False}, "files", False),
+}
+
+
+def _fast_namespace(argv: list[str]):
+    """The namespace argparse would give for a plain ``estimate``, ``run`` or ``check`` command
+    line (see _FAST_COMMANDS), or None: then argparse reads it."""
+    if not argv or argv[0] not in _FAST_COMMANDS:
+        return None
+    options, extra_defaults, positional, remainder = _FAST_COMMANDS[argv[0]]
+    values = {dest: None for dest, _, _ in options.values()}
+    values.update(extra_defaults)
+    i, n = 1, len(argv)
+    while i < n:
+        token = argv[i]
+        if not token.startswith("-") or token == "--":
+            break
+        name, eq, explicit = token.partition("=")
+        spec = options.get(name)
+        if spec is None:
+            return None
+        dest, kind, choices = spec
+        if kind == "flag":
+            if eq:
+                return None
+            values[dest] = True
+            i += 1
+            continue
+        if eq:
+            value = explicit
+            if value == "--":
+                return None
+            i += 1
+        else:
+            if i + 1 >= n or argv[i + 1].startswith("-"):
+                return None
+            value = argv[i + 1]
+            i += 2
+        if kind == "int":
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                return None
+        if choices is not None and value not in choices:
+            return None
+        if kind == "append":
+            values[dest] = (values[dest] or []) + [value]
+        else:
+            values[dest] = value
+    if argv[0] == "estimate" and values["hf_config"] is not None and values["model"] is not None:
+        return None
+    rest = argv[i:]
+    if remainder:
+        # argparse.REMAINDER from "--" on (a second "--" right after it: left to argparse,
+        # whose releases treat it differently).
+        if rest and (rest[0] != "--" or rest[1:2] == ["--"]):
+            return None
+        values[positional] = rest
+    else:
+        if not rest or any(t.startswith("-") for t in rest):
+            return None
+        values[positional] = rest
+    from types import SimpleNamespace
+
+    return SimpleNamespace(command=argv[0], **values)
+
+
 def _preset_names() -> tuple[str, ...]:
     """The presets shipped as data/presets/<name>.json (read without importing the HF mapping)."""
     from megatron_estimator.core.resources import data_file
@@ -433,9 +524,8 @@ def cmd_check(ns, environ) -> int:
 def _with_flags(inp, problems, flags, environ, settings):
     """A file's input with the Megatron flags given after ``check ... --`` laid over it, as they
     would be on the training script's command line (later flags win)."""
-    from dataclasses import replace
-
     from megatron_estimator.api import input_from_flags
+    from megatron_estimator.core.dataclass import replace
 
     given, flag_problems = input_from_flags(list(flags), environ=environ, source="the flags after --",
                                             accept_flags=settings.accept_flags)
@@ -593,12 +683,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv == ["--version"]:  # answered before building the parser: scripts call it to probe
         sys.stdout.write(f"megatron-estimator {__version__}\n")
         return EXIT_FITS
-    parser = build_parser()
     extra_flags: list[str] = []
     if argv[:1] == ["check"] and "--" in argv:     # check FILE... -- MEGATRON_FLAGS
         cut = argv.index("--")
         argv, extra_flags = argv[:cut], argv[cut + 1:]
-    ns = parser.parse_args(argv)
+    ns = _fast_namespace(argv)
+    if ns is None:
+        parser = build_parser()
+        ns = parser.parse_args(argv)
     if ns.command == "check":
         ns.megatron_flags = extra_flags
     if ns.command is None:

@@ -29,9 +29,11 @@ comes from a lower source than the GPU (``--gpu h200`` on the command line outwe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping
 
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem

@@ -14,8 +14,10 @@ This module imports nothing of the project's but ``errors``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Callable
 
 from megatron_estimator.core.problems import Problem
 

@@ -8,7 +8,9 @@ comment names the file.  Messages state the arithmetic, so the user sees why.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.hybrid import pattern_problems, segment_count
@@ -17,8 +19,9 @@ from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
 
-Namespace = Mapping[str, Any]
-Rule = Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]
+if TYPE_CHECKING:
+    Namespace = Mapping[str, Any]
+    Rule = Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]
 RULES: list[Rule] = []
 
 

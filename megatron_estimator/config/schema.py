@@ -6,9 +6,10 @@ turns each error into a ``Problem`` located where the user set the value.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from megatron_estimator.core.hints import PYTHON, describe_value
 from megatron_estimator.core.plain_schema import plainly_valid
@@ -23,6 +24,12 @@ REQUIRED_MESSAGES = {
 
 @lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
+    if name == "config.schema.json":    # every estimate checks it: its copy as Python loads without json
+        from megatron_estimator.config.schema_data import CONFIG_SCHEMA
+
+        return CONFIG_SCHEMA
+    import json
+
     with open(schema_file(name), encoding="utf-8") as f:
         return json.load(f)
 

@@ -19,8 +19,10 @@ Path-valued flags are never opened unless they exist; nothing else is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Mapping
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 # Tokenizer types whose vocabulary size is fixed by the tokenizer itself
 # (files Megatron's recipes download; sizes as the tokenizers report len(tokenizer)).

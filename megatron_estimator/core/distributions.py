@@ -12,17 +12,48 @@ this interpreter's ``sys.path`` (its site-packages).
 from __future__ import annotations
 
 import os
-import re
 import sys
-from typing import Iterable, Mapping, Sequence
 
-_META = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._]*?)(?:-(?P<version>[^-]+?)(?:-[^/]*)?)?"
-                   r"\.(?P<kind>dist-info|egg-info)\Z", re.I)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping, Sequence
+
+_KINDS = ("dist-info", "egg-info")
 
 
 def normalized(name: str) -> str:
-    """``Flash-Attn`` -> ``flash_attn``: a distribution name as its metadata folders spell it."""
-    return re.sub(r"[-_.]+", "_", name).lower()
+    """``Flash-Attn`` -> ``flash_attn``: a distribution name as its metadata folders spell it
+    (each run of '-', '_' and '.' becomes one '_'; ``re`` is not imported for it)."""
+    out: list[str] = []
+    for ch in name.lower():
+        if ch in "-_.":
+            if not out or out[-1] != "_":
+                out.append("_")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def metadata_folder_name(entry: str) -> tuple[str, str] | None:
+    """``(name, kind)`` of a metadata folder's name ``NAME[-VERSION[-REST]].dist-info`` /
+    ``.egg-info`` (kind case-blind; NAME an ASCII letter or digit, then letters, digits, '.'
+    and '_'; VERSION non-empty and without '-'), else None."""
+    low = entry.lower()
+    for kind in _KINDS:
+        if low.endswith("." + kind):
+            stem = entry[:-len(kind) - 1]
+            break
+    else:
+        return None
+    name, dash, rest = stem.partition("-")
+    version, dash2, tail = rest.partition("-")
+    if dash and (not version or (dash2 and "/" in tail)):
+        return None
+    if not name or not name.isascii() or not name[0].isalnum():
+        return None
+    if not all(ch.isalnum() or ch in "._" for ch in name):
+        return None
+    return name, kind
 
 
 def job_path(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -67,12 +98,12 @@ def find_distributions(wanted: Mapping[str, Iterable[str]],
         for name in names:
             if not name.endswith(("-info", "-INFO")):
                 continue
-            match = _META.match(name)
-            key = keys.get(normalized(match.group("name"))) if match else None
+            parsed = metadata_folder_name(name)
+            key = keys.get(normalized(parsed[0])) if parsed else None
             if key is None or found[key] is not None:
                 continue
             folder = os.path.join(entry or ".", name)
-            version = _version_in(folder, match.group("kind"))
+            version = _version_in(folder, parsed[1])
             if version:
                 found[key] = (version, folder)
     return found

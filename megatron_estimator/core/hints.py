@@ -8,9 +8,11 @@ part of the project's message contract.
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any, Iterable
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+from megatron_estimator.core.patterns import LazyPattern
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6, *,
@@ -64,8 +66,12 @@ def describe_value(value: Any, words: str = YAML) -> str:
     ``PYTHON``  a string as Python writes it ('x'), anything else as JSON text
     """
     if words == JSON:
+        import json
+
         return json.dumps(value) if isinstance(value, (dict, list, str, bool)) or value is None else repr(value)
     if words == PYTHON:
+        import json
+
         return repr(value) if isinstance(value, str) else json.dumps(value)
     if words == TOML:
         if isinstance(value, bool):
@@ -108,13 +114,15 @@ def expected_kind(types: str | Iterable[str]) -> str:
     return " or ".join(real) + (" (or null)" if "null" in types else "")
 
 
-_LOOKS_LIKE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+_LOOKS_LIKE_FLOAT = LazyPattern(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def yaml_float_hint(value: Any) -> str:
     """For a string such as ``1e-5``, which YAML 1.1 does not read as a number: how to write it."""
     if not (isinstance(value, str) and _LOOKS_LIKE_FLOAT.match(value.strip())):
         return ""
+    import re
+
     mantissa, exponent = re.split("[eE]", value.strip())
     mantissa += "" if "." in mantissa else ".0"
     exponent = exponent if exponent[0] in "+-" else "+" + exponent

@@ -12,7 +12,9 @@ a True answer is one jsonschema would give too (JSON Schema 2020-12, "Validation
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 _TYPES = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),

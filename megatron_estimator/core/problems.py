@@ -8,8 +8,10 @@ them out of the library in one exception.  This module imports nothing of the pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator
 
 
 @dataclass(frozen=True)

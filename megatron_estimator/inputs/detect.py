@@ -21,12 +21,26 @@ syntax error is still routed to its loader, which then reports the error with it
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Literal
 
-Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
+FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
+
+
+def __getattr__(name: str):
+    # ``Format``, the Literal of FORMATS, made on first use: typing is not imported at start-up.
+    if name == "Format":
+        from typing import Literal
+
+        return Literal[FORMATS]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
@@ -83,6 +97,8 @@ def _is_hf_config(path: Path) -> bool:
     text = _read_head(path, _JSON_BYTES)
     if text is None:
         return False
+    import json
+
     try:
         data = json.loads(text)
     except ValueError:

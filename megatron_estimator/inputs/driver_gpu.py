@@ -8,7 +8,7 @@ Nothing is imported beyond ``os`` unless ``nvidia-smi`` is on PATH (then ``subpr
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from typing import Mapping
 
 PROC_GPUS = "/proc/driver/nvidia/gpus"

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from megatron_estimator.core.dataclass import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.detect import detect_format

@@ -56,10 +56,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 from megatron_estimator.core.plain_schema import plainly_valid
 from megatron_estimator.core.problems import Problem

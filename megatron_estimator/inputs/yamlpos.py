@@ -11,9 +11,11 @@ the line of its key and of its value.  Broken YAML is one ``yaml-syntax`` proble
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 

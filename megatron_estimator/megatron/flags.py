@@ -19,11 +19,13 @@ nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are in the ta
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import cache, lru_cache
-from typing import Any, Iterator, Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, Sequence
 
+from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text
 
 TABLE_FILE = "megatron_flags.tsv"
@@ -72,9 +74,36 @@ class FlagSpec:
 # -- reading the table ------------------------------------------------------------------------
 
 _LITERALS = {"None": None, "True": True, "False": False}
-_INT = re.compile(r"-?\d+\Z")
-_FLOAT = re.compile(r"-?(\d+\.\d*|\d*\.\d+)(e[-+]?\d+)?\Z|-?\d+e[-+]?\d+\Z")
-_PLAIN_STR = re.compile(r"'[^'\\]*'\Z")
+
+
+def _is_int_literal(text: str) -> bool:
+    """``-?\\d+\\Z`` (``\\d`` is a Unicode decimal digit, as ``str.isdecimal`` tells)."""
+    digits = text[1:] if text[:1] == "-" else text
+    return digits.isdecimal()
+
+
+def _is_float_literal(text: str) -> bool:
+    """``-?(\\d+\\.\\d*|\\d*\\.\\d+)(e[-+]?\\d+)?\\Z|-?\\d+e[-+]?\\d+\\Z``, without ``re``."""
+    body = text[1:] if text[:1] == "-" else text
+    mantissa, e, exponent = body.partition("e")
+    if e and not (exponent[1:] if exponent[:1] in ("+", "-") else exponent).isdecimal():
+        return False
+    whole, dot, fraction = mantissa.partition(".")
+    if dot:
+        return (whole or fraction) != "" and (whole == "" or whole.isdecimal()) and (
+            fraction == "" or fraction.isdecimal())
+    return bool(e) and whole.isdecimal()
+
+
+def _is_plain_str_literal(text: str) -> bool:
+    """``'[^'\\\\]*'\\Z``: a quoted string with no quote or backslash inside."""
+    return len(text) >= 2 and text[0] == "'" == text[-1] and "'" not in text[1:-1] and "\\" not in text[1:-1]
+
+
+def _is_python_int(text: str) -> bool:
+    """An int literal as Python source writes it (ASCII digits, no leading zero), signed."""
+    digits = text[1:] if text[:1] == "-" else text
+    return digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0")
 
 
 def read_literal(text: str) -> Any:
@@ -84,12 +113,18 @@ def read_literal(text: str) -> Any:
         return _LITERALS[text]
     if text == "[]":
         return []
-    if _INT.match(text):
+    if _is_int_literal(text):
         return int(text)
-    if _FLOAT.match(text):
+    if _is_float_literal(text):
         return float(text)
-    if _PLAIN_STR.match(text):
+    if _is_plain_str_literal(text):
         return text[1:-1]
+    if text[:1] == "[" and text[-1:] == "]":        # a list of plain strings or ints: ['p2p'], [0]
+        items = text[1:-1].split(", ")
+        if all(_is_plain_str_literal(item) for item in items):
+            return [item[1:-1] for item in items]
+        if all(_is_python_int(item) for item in items):
+            return [int(item) for item in items]
     import ast
     return ast.literal_eval(text)
 
@@ -243,9 +278,10 @@ def flag_table_for(label: str) -> FlagTable:
     ``megatron_flags.tsv``, another release by expanding the interval table for it alone."""
     if label == "main":
         return FlagTable.from_text(read_data_text(TABLE_FILE))
-    from megatron_estimator.megatron.releases import order_of
+    from megatron_estimator.megatron.releases import labels, order_of
     at = order_of(label)
-    rows = [row[:10] for row in _history_rows() if order_of(row[10]) <= at <= order_of(row[11])]
+    order = {name: index for index, name in enumerate(labels())}
+    rows = [row[:10] for row in _history_rows() if order[row[10]] <= at <= order[row[11]]]
     return FlagTable(rows)
 
 
@@ -343,7 +379,7 @@ class FlagChoiceError(ValueError):
 
 
 # arguments.py _eval_pattern: a pattern may hold only digits, commas, brackets, parentheses, + and *.
-_PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*]")
+_PATTERN_CHARS = LazyPattern(r"[^,\d\[\]\(\)\+\*]")
 _MAX_PATTERN_LENGTH = 1_000_000
 _PATTERN_HELP = ("an integer or a layer pattern such as ([1]*3+[0]*1)*3 "
                  "(digits, commas, brackets, parentheses, + and * only, no spaces)")

@@ -26,7 +26,7 @@ PyTorch reports gfx90a as 9.0, gfx942 as 9.4 and gfx950 as 9.5, so the check app
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 
 from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.core.units import MiB
@@ -228,7 +228,7 @@ _VENDOR_PREFIXES = ("nvidiageforce", "nvidia", "amdinstinct", "amd", "instinct",
 
 
 def _key(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isalnum())
+    return "".join(filter(str.isalnum, name.lower()))
 
 
 def _index() -> dict[str, GpuSpec]:

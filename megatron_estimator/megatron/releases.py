@@ -13,10 +13,10 @@ then answers for it.  Without a choice it is the newest supported release, ``mai
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 from functools import cache
 
+from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text
 
 RELEASES_FILE = "megatron_releases.tsv"
@@ -77,7 +77,17 @@ def release(label: str) -> Release:
     return releases()[order_of(label)]
 
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+_VERSION = LazyPattern(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+
+
+def _version_groups(text: str) -> tuple | None:
+    """``_VERSION.match(text).groups()``, or None; a plain ``X.Y`` or ``X.Y.Z`` (ASCII digits,
+    optionally after "v") is read without ``re``."""
+    parts = (text[1:] if text[:1] == "v" else text).split(".")
+    if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
+        return parts[0], parts[1], parts[2] if len(parts) == 3 else None, None
+    found = _VERSION.match(text)
+    return found.groups() if found else None
 
 
 def choose_release(text: str) -> tuple[str, str]:
@@ -85,13 +95,13 @@ def choose_release(text: str) -> tuple[str, str]:
     text = text.strip()
     if text.lower() == NEWEST or text[:len("core_v")] == "core_v" and text[6:] in labels():
         return (NEWEST if text.lower() == NEWEST else text[6:]), ""
-    found = _VERSION.match(text)
+    found = _version_groups(text)
     supported = ", ".join(labels())
     if not found:
         raise UnknownRelease(f"{text!r} is not a Megatron version (supported: {supported})")
-    major, minor = int(found.group(1)), int(found.group(2))
-    patch = None if found.group(3) is None else int(found.group(3))
-    suffix = found.group(4) or ""
+    major, minor = int(found[0]), int(found[1])
+    patch = None if found[2] is None else int(found[2])
+    suffix = found[3] or ""
     same_minor = [r for r in releases() if r.numbers and r.numbers[:2] == (major, minor)]
     if not same_minor:
         newest = max((r for r in releases() if r.numbers), key=lambda r: r.numbers)
@@ -154,7 +164,7 @@ def release_of(text: str, source: str) -> ChosenRelease:
 
 # -- detection without importing Megatron -----------------------------------------------------
 
-_PACKAGE_INFO = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", re.M)
+_PACKAGE_INFO = LazyPattern(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", "MULTILINE")
 
 
 def read_package_info(path: str) -> str | None:
@@ -192,7 +202,7 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
 # -- NGC NeMo containers ----------------------------------------------------------------------
 
 NEMO_CONTAINERS_FILE = "nemo_containers.tsv"
-_NEMO_TAG = re.compile(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
+_NEMO_TAG = LazyPattern(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
 
 
 @cache
@@ -210,6 +220,8 @@ def nemo_tags(text: str, display: str) -> list[tuple[str, str]]:
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.lstrip()
         if stripped.startswith("#") and not stripped.startswith("#SBATCH"):
+            continue
+        if "nvcr.io/nvidia/nemo:" not in line:     # what a match starts with: re is not needed
             continue
         for match in _NEMO_TAG.finditer(line):
             found.append((match.group(0), f"{display}:{number}"))

@@ -54,9 +54,9 @@ from):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+
+from megatron_estimator.core.dataclass import NamedTuple, dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.layout import ModelChunk

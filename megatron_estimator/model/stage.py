@@ -14,9 +14,11 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
-from typing import Mapping, NamedTuple
+from megatron_estimator.core.dataclass import NamedTuple, replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages

@@ -10,16 +10,19 @@ to select a layout.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from megatron_estimator.core.dataclass import replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.planner.space import PLANNED_DESTS, extra_dests, family_settings
 from megatron_estimator.results.estimate import Verdict
 from megatron_estimator.results.plan import Candidate
 
-# What re-estimates a candidate through the normal path: its settings -> the verdict.
-Verifier = Callable[[RawArgs], Verdict]
+if TYPE_CHECKING:
+    # What re-estimates a candidate through the normal path: its settings -> the verdict.
+    Verifier = Callable[[RawArgs], Verdict]
 
 
 def _flag_tokens(dest: str, value: Any) -> list[str]:

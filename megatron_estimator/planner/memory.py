@@ -31,8 +31,10 @@ the peak's moment does not change when the chunk weights are scaled).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Mapping
+from megatron_estimator.core.dataclass import dataclass, replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act

@@ -15,8 +15,12 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping
+from megatron_estimator.core.dataclass import dataclass, replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Mapping
+
+    from megatron_estimator.planner.candidates import Verifier
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.core.problems import InvalidInput, Problem
@@ -27,7 +31,7 @@ from megatron_estimator.config.derive import shards_optimizer_states
 from megatron_estimator.config.run_context import Resume, RunContext
 from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import model_states
-from megatron_estimator.planner.candidates import Verifier, candidate
+from megatron_estimator.planner.candidates import candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
 from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
 from megatron_estimator.planner.space import (
@@ -38,7 +42,8 @@ from megatron_estimator.planner.validity import (
 from megatron_estimator.results.plan import (
     Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchProgress, SearchSpace)
 
-ProgressCallback = Callable[[SearchProgress], None]
+if TYPE_CHECKING:
+    ProgressCallback = Callable[[SearchProgress], None]
 
 # A search that runs longer than this reports where it stands, and again after each interval.
 PROGRESS_AFTER_SECONDS = 1.0

@@ -24,8 +24,10 @@ The space (``results.plan.SearchSpace``; each bound is a field):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.results.plan import NO_RECOMPUTE, SELECTIVE_CORE_ATTN, PipelineChoice, Recompute, SearchSpace

@@ -28,8 +28,10 @@ changed settings) and shown only when every stage fits there, with the normal pa
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -167,7 +169,8 @@ class SuggestionSearch(_Search):
         return tuple(g for g in GROUPS if changed[g])
 
 
-Verifier = Callable[[RawArgs], Verdict]
+if TYPE_CHECKING:
+    Verifier = Callable[[RawArgs], Verdict]
 
 
 def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], verify: Verifier,
@@ -176,7 +179,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     """Up to ``limit`` changes of the refused launch ``inp`` (a ``TrainingInput``, estimated as
     ``estimate``) that make every stage fit ``estimate.budget_bytes``, nearest first (module
     docstring), each checked with ``verify`` (the normal path)."""
-    from dataclasses import replace
+    from megatron_estimator.core.dataclass import replace
 
     from megatron_estimator.planner.candidates import candidate_flags, candidate_settings
 

@@ -16,7 +16,10 @@ verdict is a rule's, and every reported candidate is re-validated on the normal 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import InvalidInput

@@ -6,8 +6,9 @@ the contract described by ``schemas/report.schema.json``.
 
 from __future__ import annotations
 
-import json
-from typing import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 from megatron_estimator.core import units
 from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict
@@ -219,6 +220,8 @@ def verdict_to_json(verdict: Verdict) -> dict:
 
 
 def render_json(verdicts: Sequence[Verdict]) -> str:
+    import json
+
     if len(verdicts) == 1:
         return json.dumps(verdict_to_json(verdicts[0]), indent=2) + "\n"
     return json.dumps({"results": [verdict_to_json(v) for v in verdicts]}, indent=2) + "\n"

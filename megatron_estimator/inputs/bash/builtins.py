@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
+from megatron_estimator.core.dataclass import replace
 
 from megatron_estimator.inputs.bash.parser import parse
 from megatron_estimator.inputs.bash.state import FunctionReturn, ImpureCommand, LoopJump, ScriptExit

@@ -11,8 +11,10 @@ expansion is not done: a word with ``*`` stays as written, as bash leaves it whe
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Sequence
+from megatron_estimator.core.dataclass import replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.parser import parse

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
+from megatron_estimator.core.dataclass import replace
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.builtins import BUILTINS

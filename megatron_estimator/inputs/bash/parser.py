@@ -8,7 +8,9 @@ assignments, read by recursive descent over the ``Lexer``'s words.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 from megatron_estimator.inputs.bash.lexer import METACHARS, Lexer
 from megatron_estimator.inputs.bash.syntax import (

@@ -3,7 +3,7 @@ exceptions that carry ``exit``, ``return``, ``break``/``continue`` and impure ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 
 
 class ScriptExit(Exception):

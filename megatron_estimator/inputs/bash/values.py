@@ -7,8 +7,10 @@ the thing that cannot be resolved is written), carried by the segment of text it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping
 
 UNRESOLVED = "unresolved-variable"
 UNSUPPORTED = "unsupported-shell-construct"

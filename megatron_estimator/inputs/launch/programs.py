@@ -5,9 +5,11 @@ singularity exec...), python and shells."""
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field
-from typing import Mapping
+from megatron_estimator.core.dataclass import dataclass, field
+from megatron_estimator.core.patterns import LazyPattern
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ BASH_LONG_FLAGS = frozenset({
 PYTHON_FLAGS = frozenset("bBdEhiIOPqsSuvVxR?")
 PYTHON_LONG_FLAGS = frozenset({"--help", "--version", "--help-env", "--help-xoptions", "--help-all"})
 
-PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?[a-z]?$")
+PYTHON_NAME = LazyPattern(r"^python(\d+(\.\d+)*)?[a-z]?$", literal_prefix="python")
 MPI_NAMES = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra", "mpirun.openmpi",
                         "mpiexec.openmpi", "mpirun.mpich", "mpiexec.mpich"})
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})

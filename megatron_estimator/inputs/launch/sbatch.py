@@ -6,7 +6,7 @@ sbatch reads ``#SBATCH`` lines only before the first command of the file (sbatch
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from megatron_estimator.core.dataclass import dataclass
 
 from megatron_estimator.core.problems import Problem
 

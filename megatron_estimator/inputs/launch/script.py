@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from megatron_estimator.core.dataclass import dataclass, replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand

@@ -9,11 +9,15 @@ python, wrappers that run the rest of the command (``env``, ``numactl``, ``nsys 
 from __future__ import annotations
 
 import os
-import re
-from typing import Mapping, Sequence
+from megatron_estimator.core.patterns import is_shell_assignment, lazy_re as re
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping, Sequence
+
+    from megatron_estimator.inputs.launch.command import CommandStringSplitter
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
-from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_FAMILY, CommandStringSplitter, LaunchCommand
+from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_FAMILY, LaunchCommand
 from megatron_estimator.inputs.launch.launchers import DistributedLaunchers
 from megatron_estimator.inputs.launch.programs import (
     BASH_LONG_FLAGS, BASH_VALUE_OPTIONS, CONTAINER_EXEC, FT_LAUNCHER, MPI_NAMES, NSYS, PYTHON_FLAGS, PYTHON_LONG_FLAGS,
@@ -497,7 +501,7 @@ class _Walk(DistributedLaunchers):
                 continue
             break
         parsed_end = j
-        while parsed_end < len(tokens) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[parsed_end]):
+        while parsed_end < len(tokens) and is_shell_assignment(tokens[parsed_end]):
             var, _, value = tokens[parsed_end].partition("=")
             self.set_env(var, value, "env")
             parsed_end += 1

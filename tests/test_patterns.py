@@ -1,0 +1,118 @@
+"""The start-up paths answer without ``re`` what a regular expression answered before (issue 14):
+each replacement is compared with the regular expression itself (the reference) over the
+table's own cells and over generated strings."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import random
+import re
+from contextlib import nullcontext
+
+import pytest
+
+from megatron_estimator.core.patterns import LazyPattern, is_shell_assignment, might_be_negative_number
+from megatron_estimator.core.resources import read_data_text
+from megatron_estimator.megatron import flags, releases
+from megatron_estimator.model.overhead import _size_count_pairs
+
+INT = re.compile(r"-?\d+\Z")
+FLOAT = re.compile(r"-?(\d+\.\d*|\d*\.\d+)(e[-+]?\d+)?\Z|-?\d+e[-+]?\d+\Z")
+PLAIN_STR = re.compile(r"'[^'\\]*'\Z")
+
+ALPHABET = "0123456789-+.eE'\\ ,[]x:\n٣"      # ٣: an Arabic-Indic digit, which \d also matches
+
+
+def strings(seed: int, count: int, longest: int = 7):
+    rng = random.Random(seed)
+    short = ["".join(p) for n in range(4) for p in itertools.product("0-.e'", repeat=n)]
+    return short + ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, longest))) for _ in range(count)]
+
+
+def test_literal_forms_as_the_patterns():
+    for text in strings(1, 3000):
+        assert flags._is_int_literal(text) == bool(INT.match(text)), text
+        assert flags._is_float_literal(text) == bool(FLOAT.match(text)), text
+        assert flags._is_plain_str_literal(text) == bool(PLAIN_STR.match(text)), text
+
+
+def test_every_literal_of_the_tables_reads_as_literal_eval():
+    cells = set()
+    for name in ("megatron_flags.tsv", "megatron_flag_history.tsv"):
+        for line in read_data_text(name).splitlines()[1:]:
+            row = line.split("\t")
+            if len(row) > 8 and not line.startswith("#"):
+                cells.update(c for c in (row[6], row[8]) if c)
+    cells -= {"default", "const"}
+    assert len(cells) > 20
+    for cell in sorted(cells):
+        assert flags.read_literal(cell) == ast.literal_eval(cell), cell
+        assert type(flags.read_literal(cell)) is type(ast.literal_eval(cell)), cell
+    for text in ("['a', 'b']", "['a,b', 'c']", "['a, b']", "[1, 2]", "['x']", "[0]", "[-3, 10]", "[True]"):
+        assert flags.read_literal(text) == ast.literal_eval(text)
+    for text in ("[01]", "[٣]", "[1,2]"):       # not Python's spelling of a list of ints: literal_eval decides
+        with pytest.raises((ValueError, SyntaxError)) if text != "[1,2]" else nullcontext():
+            assert flags.read_literal(text) == ast.literal_eval(text)
+
+
+def test_cublas_pairs_as_findall():
+    for text in strings(2, 2000, longest=14) + [":4096:8", ":4096:2:16:8", "::1:2", ":1:2:3", ":٣:٣"]:
+        assert _size_count_pairs(text) == re.findall(r":(\d+):(\d+)", text), text
+
+
+def test_negative_number_prefilter_is_sound():
+    # Where the prefilter says no, neither of argparse's patterns matches.
+    for token in strings(3, 2000) + ["-1", "-.5", "--x", "-x", "-", "-1e5", "-٣", "-5\n"]:
+        if not might_be_negative_number(token):
+            assert not re.match(r"^-\d+$|^-\d*\.\d+$", token), token
+            assert not re.match(r"-\.?\d", token), token
+
+
+def test_dist_kind_as_the_pattern():
+    names = ["megatron_core-0.16.1.dist-info", "MEGATRON-CORE-1.0.EGG-INFO", "Megatron.core-2.dist-info", "torch",
+             "megatron", "xmegatron_core-1.dist-info", "megatron_core-1.dıst-info", "mega", "megatron_core-1.DIST-İNFO"]
+    rng = random.Random(4)
+    letters = "megatroncoredistinfoMEGATRONCOREDISTINFO-_.0123456789ıİſK"
+    names += ["".join(rng.choice(letters) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    names += ["megatron" + "".join(rng.choice(letters) for _ in range(rng.randint(1, 20))) for _ in range(3000)]
+    pattern = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
+    names += ["megatron_core-" + "".join(rng.choice(letters) for _ in range(rng.randint(0, 20))) for _ in range(3000)]
+    names += ["megatron-core-1" + rng.choice([".dist-info", ".egg-info", ".DIST-INFO", ".dist-infox", "-x.egg-info"])
+              for _ in range(200)]
+    for name in names:
+        found = pattern.match(name)
+        assert releases._dist_kind(name) == (found.group(2).lower() if found else None), name
+
+
+def test_lazy_pattern_is_the_compiled_pattern():
+    lazy = LazyPattern(r"^(a+)(b)?$", "MULTILINE", "IGNORECASE")
+    real = re.compile(r"^(a+)(b)?$", re.MULTILINE | re.IGNORECASE)
+    text = "aab\nAA\nc"
+    assert [m.groups() for m in lazy.finditer(text)] == [m.groups() for m in real.finditer(text)]
+    assert lazy.findall(text) == real.findall(text) and lazy.pattern == real.pattern and lazy.flags == real.flags
+
+
+def test_shell_assignment_as_the_pattern():
+    words = strings(5, 2000) + ["A=1", "_x=", "9a=1", "a-b=1", "é=1", "=1", "a", "ab_9=x=y", "A B=1", "a\n=1"]
+    rng = random.Random(6)
+    words += ["".join(rng.choice("aZ_9=-é ") for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    for word in words:
+        assert is_shell_assignment(word) == bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word)), word
+
+
+def test_literal_prefix_answers_as_the_pattern():
+    lazy = LazyPattern(r"^python(\d+(\.\d+)*)?[a-z]?$", literal_prefix="python")
+    for name in ("python", "python3", "python3.11", "python3m", "pythonx", "pytho", "ipython", "python3.", "python\n"):
+        found, expected = lazy.match(name), re.match(r"^python(\d+(\.\d+)*)?[a-z]?$", name)
+        assert (found and found.group(0)) == (expected and expected.group(0)), name
+
+
+def test_version_groups_as_the_pattern():
+    pattern = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+    texts = ["0.16", "0.16.1", "v0.16.1", "0.18.0rc0", "1.2.3.4", "1..2", "٣.1", "0.16.1+x", "vv1.2", "1.2.", ".1.2",
+             "01.002", "0.16.dev1", "12.34.56"]
+    texts += strings(7, 2000)
+    for text in texts:
+        found = pattern.match(text)
+        assert releases._version_groups(text) == (found.groups() if found else None), text
