@@ -434,7 +434,7 @@ def cmd_run(ns, environ) -> int:
                        else options["overheads"]}
     # The job's stack (PyTorch, Transformer Engine, flash-attn) from its package metadata; the
     # flash-attn setting, when given, wins.
-    from dataclasses import replace
+    from megatron_estimator.core.dataclass import replace
 
     from megatron_estimator.api import job_stack
 
@@ -468,7 +468,7 @@ def _launch(command) -> int:
 
 
 def cmd_check(ns, environ) -> int:
-    from dataclasses import replace
+    from megatron_estimator.core.dataclass import replace
 
     from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
                                         launched_tree_release, not_a_training_input, world_size_for)

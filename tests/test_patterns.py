@@ -69,22 +69,6 @@ def test_negative_number_prefilter_is_sound():
             assert not re.match(r"-\.?\d", token), token
 
 
-def test_dist_kind_as_the_pattern():
-    names = ["megatron_core-0.16.1.dist-info", "MEGATRON-CORE-1.0.EGG-INFO", "Megatron.core-2.dist-info", "torch",
-             "megatron", "xmegatron_core-1.dist-info", "megatron_core-1.dıst-info", "mega", "megatron_core-1.DIST-İNFO"]
-    rng = random.Random(4)
-    letters = "megatroncoredistinfoMEGATRONCOREDISTINFO-_.0123456789ıİſK"
-    names += ["".join(rng.choice(letters) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
-    names += ["megatron" + "".join(rng.choice(letters) for _ in range(rng.randint(1, 20))) for _ in range(3000)]
-    pattern = re.compile(r"megatron[-_.]core-([^-]+?)\.(dist-info|egg-info)\Z", re.I)
-    names += ["megatron_core-" + "".join(rng.choice(letters) for _ in range(rng.randint(0, 20))) for _ in range(3000)]
-    names += ["megatron-core-1" + rng.choice([".dist-info", ".egg-info", ".DIST-INFO", ".dist-infox", "-x.egg-info"])
-              for _ in range(200)]
-    for name in names:
-        found = pattern.match(name)
-        assert releases._dist_kind(name) == (found.group(2).lower() if found else None), name
-
-
 def test_lazy_pattern_is_the_compiled_pattern():
     lazy = LazyPattern(r"^(a+)(b)?$", "MULTILINE", "IGNORECASE")
     real = re.compile(r"^(a+)(b)?$", re.MULTILINE | re.IGNORECASE)

@@ -39,15 +39,16 @@ SMALL = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 
 ESTIMATE_PACKAGE = frozenset("""
     api cli settings
     core core.dataclass core.hints core.patterns core.plain_schema core.problems core.resources core.units
-    megatron megatron.flag_effects megatron.flags megatron.releases
-    inputs inputs.argv inputs.entry_script inputs.rawargs
+    megatron megatron.behaviour megatron.flag_effects megatron.flags megatron.releases
+    inputs inputs.argv inputs.entry_script inputs.rawargs inputs.release_choice
     config config.derive config.family config.hybrid config.layout_syntax config.parallel config.resolve
-    config.rules config.run_context config.schema config.schema_data config.typed config.vocab
+    config.release_rules config.rules config.run_context config.schema config.schema_data config.typed config.vocab
     model model.activations model.checkpoint model.layout model.overhead model.parameters model.records
     model.stage model.states
     results results.estimate report report.assumptions report.text
 """.split())
 LAUNCH_PACKAGE = frozenset("""
+    core.distributions inputs.job_stack
     inputs.launch inputs.launch.command inputs.launch.launchers inputs.launch.programs inputs.launch.walk
 """.split())
 SUGGESTIONS_PACKAGE = frozenset("""

@@ -9,13 +9,16 @@ the planner's validity).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, Mapping
+
+    Namespace = Mapping[str, Any]
 
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
 
-Namespace = Mapping[str, Any]
 
 # The environment codes: notes, not refusals, unless the environment read is the job's
 # (config/resolve.py ENVIRONMENT_RULES).

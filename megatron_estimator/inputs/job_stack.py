@@ -27,8 +27,10 @@ changes for memory:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from megatron_estimator.core.dataclass import dataclass
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Sequence
 
 # name as reported -> distribution names, first found wins
 PACKAGES = {

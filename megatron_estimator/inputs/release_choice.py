@@ -10,8 +10,10 @@ Everything is read as text; nothing of Megatron is imported.  ``api`` re-exports
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from megatron_estimator.core.dataclass import replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence
 
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
