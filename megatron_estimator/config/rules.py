@@ -646,3 +646,7 @@ def _release_rule(rule: str) -> str:
     """The chosen Megatron release's value for ``rule`` (data/megatron_behaviour.tsv)."""
     from megatron_estimator.megatron.behaviour import behaviour
     return behaviour(rule)
+
+
+# The checks the differential harness found missing (scripts/megatron_validate), kept apart.
+from megatron_estimator.config import rules_parity  # noqa: E402,F401  (registers its rules)
