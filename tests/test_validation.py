@@ -326,3 +326,27 @@ def test_te_cuda_graphs_with_expandable_segments_need_nccl_graph_register_zero()
     # not the job's environment (a config file): a note
     config = resolve_config(raw, world_size=1, environ=segments)
     assert any("NCCL_GRAPH_REGISTER=0" in note for note in config.notes)
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ("--fp8-format hybrid --recompute-activations --recompute-modules layernorm", True),
+    ("--fp8-format hybrid --recompute-activations --recompute-modules moe_act --num-experts 4 --moe-grouped-gemm", True),
+    ("--fp8-format hybrid --fp8-recipe tensorwise --recompute-activations --recompute-modules layernorm", False),
+    ("--fp8-format hybrid --recompute-activations --recompute-modules core_attn", False),
+    ("--recompute-activations --recompute-modules layernorm", False),
+])
+def test_fp8_delayed_scaling_cannot_recompute_layernorm_or_moe_act(extra, refused):
+    # transformer_config.py __post_init__ (781e765818): ValueError under the delayed recipe
+    found = ("fp8-delayed-recompute", "--recompute-modules") in codes(TINY_GPT + " " + extra)
+    assert found is refused
+
+
+def test_offloading_with_local_cuda_graphs_takes_only_the_capturable_modules():
+    # transformer_config.py __post_init__ (69c486825c, #3697, from 0.19): expert_fc1, moe_act, fused_group_mlp
+    from megatron_estimator.megatron.releases import using_release
+
+    base = TINY_GPT + " --fine-grained-activation-offloading --cuda-graph-impl local --offload-modules "
+    assert ("offload-modules-with-local-cuda-graphs", "--offload-modules") in codes(base + "core_attn")
+    assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "expert_fc1 moe_act")]
+    with using_release("0.18.0"):
+        assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "core_attn")]

@@ -77,3 +77,37 @@ def cuda_graph_nccl_graph_register(ns: Namespace, raw: RawArgs, env: Mapping[str
                   "Transformer Engine CUDA graphs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True need "
                   f"NCCL_GRAPH_REGISTER=0 in the environment (it is {env.get('NCCL_GRAPH_REGISTER', 'unset')}); "
                   "Megatron stops otherwise")
+
+
+@rule
+def fp8_delayed_recompute_modules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/transformer/transformer_config.py __post_init__ (from 781e765818, every
+    # release the estimator knows): selective recompute of moe_act or layernorm under fp8 with
+    # the delayed-scaling recipe (--fp8-recipe's default) raises ValueError.
+    if ns.get("recompute_granularity") != "selective" or not ns.get("fp8"):
+        return
+    modules = [m for m in (ns.get("recompute_modules") or []) if m in ("moe_act", "layernorm")]
+    if not modules or (ns.get("fp8_recipe") or "delayed") != "delayed":
+        return
+    yield Problem("fp8-delayed-recompute", raw.location("recompute_modules"),
+                  f"recomputing {' and '.join(modules)} under fp8 needs an fp8 recipe other than delayed "
+                  "scaling (--fp8-recipe, default delayed)")
+
+
+LOCAL_GRAPH_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
+
+
+@rule
+def offloading_with_local_cuda_graphs(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/transformer/transformer_config.py __post_init__ (from 69c486825c, #3697,
+    # 0.19): fine-grained activation offloading with --cuda-graph-impl local offloads only the
+    # modules that local CUDA graphs can capture.
+    if not ns.get("fine_grained_activation_offloading") or _cuda_graph_impl(ns) != "local":
+        return
+    if _release_rule("local_cuda_graph_offload_modules") != "1":
+        return
+    unsupported = sorted(set(ns.get("offload_modules") or []) - set(LOCAL_GRAPH_OFFLOAD_MODULES))
+    if unsupported:
+        yield Problem("offload-modules-with-local-cuda-graphs", raw.location("offload_modules"),
+                      f"with --cuda-graph-impl local, fine-grained activation offloading supports only "
+                      f"--offload-modules {', '.join(LOCAL_GRAPH_OFFLOAD_MODULES)}; not {', '.join(unsupported)}")
