@@ -14,6 +14,7 @@ from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.hybrid import pattern_problems, segment_count
 from megatron_estimator.config.layout_syntax import LayoutSyntaxError, parse_layout
 from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.config.rules_parity import PARITY_RULES
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
 
@@ -649,4 +650,4 @@ def _release_rule(rule: str) -> str:
 
 
 # The checks the differential harness found missing (scripts/megatron_validate), kept apart.
-from megatron_estimator.config import rules_parity  # noqa: E402,F401  (registers its rules)
+RULES.extend(PARITY_RULES)

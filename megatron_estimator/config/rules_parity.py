@@ -3,18 +3,31 @@
 ``scripts/megatron_validate`` runs Megatron-LM's own parse_args, validate_args, the
 TransformerConfig ``__post_init__`` and a meta-device model build over the CI command lines
 and their mutations; each rule here mirrors a refusal it found that no rule of ``rules.py``
-made.  They register with ``rules.rule`` like the others (``rules.py`` imports this module);
-release-dependent ones read ``data/megatron_behaviour.tsv``.
+made.  Each has the signature of a ``rules.py`` rule and is listed in ``PARITY_RULES``, which
+``rules.py`` appends to its ``RULES``; release-dependent ones read ``data/megatron_behaviour.tsv``.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.config.rules import Namespace, _release_rule, rule
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
+
+Namespace = Mapping[str, Any]
+PARITY_RULES: list[Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]] = []
+
+
+def rule(func):
+    PARITY_RULES.append(func)
+    return func
+
+
+def _release_rule(rule_name: str) -> str:
+    """The chosen Megatron release's value for ``rule_name`` (data/megatron_behaviour.tsv)."""
+    from megatron_estimator.megatron.behaviour import behaviour
+    return behaviour(rule_name)
 
 
 def _cuda_graph_impl(ns: Namespace) -> str:
