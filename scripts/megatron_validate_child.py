@@ -16,26 +16,27 @@ writes one JSON line per case: {"outcome": "accept"|"refuse", "stage": S, "error
             (MoELayer.forward's sequence-parallel check), evaluated on the built model
   none      (accept) every stage passed
 
-A refusal is an exception Megatron raises on purpose (SystemExit from argparse, AssertionError,
-ValueError, NotImplementedError, or a RuntimeError of validate_args).  At the build stage, an
-exception that comes from the CPU harness itself (no CUDA, no Transformer Engine, no apex) is
-not Megatron refusing: the case is recorded as accepted with "build": "not run: ..." and the
-reason.  Without Transformer Engine installed, a --transformer-impl transformer_engine case
-builds the local spec ("build": "local spec (Transformer Engine not installed)"); the local
-spec's torch norms refuse sequence parallelism where TE's and apex's accept it, so with
-sequence parallelism the torch norm is built as apex's would be (see
-tests/mcore_reference.py _norms_accept_sequence_parallel).
+Any exception before the build is Megatron refusing (argparse's SystemExit, the asserts and
+ValueErrors of validate_args and __post_init__).  At the build stage, an exception that comes
+from the CPU harness itself (no CUDA, no Transformer Engine, no apex) is not Megatron refusing:
+the case is recorded as accepted with "build": "not run: ..." and the reason.  What a GPU
+machine has and this one does not is stood in for, each named in "build": without Transformer
+Engine a --transformer-impl transformer_engine case builds the local spec, whose attention is
+built with CP 1 (TE's does context parallelism); without apex the torch norm neither persists
+nor refuses sequence parallelism (apex's FusedLayerNorm does neither; see
+tests/mcore_reference.py _norms_accept_sequence_parallel); no gradient-accumulation fusion
+kernel; the RNG tracker passes as CUDA-graph capable where validate_args / initialize.py make it
+so; the local spec's explicit MLA q/kv norms (which TE's spec fuses) are not a refusal.
 
 Stubs (test-only, documented): modules that import triton (GPU kernels) are no-op modules;
 Transformer Engine's version (``get_te_version``) is TE_STAND_IN, so the TE version checks of
 validate_args and __post_init__ answer as on a machine with TE, and its fused MoE permutation
 kernels are present (stand-ins never called: the build still has no TE);
 ``get_device_arch_version`` (and ``torch.cuda.get_device_capability``) return the case's
-"device_arch" (default 10, Blackwell: the
-pre-Blackwell CUDA_DEVICE_MAX_CONNECTIONS=1 rule is off, as in the estimator without a GPU
-named); the environment has no CUDA_DEVICE_MAX_CONNECTIONS except what a case sets;
-``torch.cuda.current_device`` names the CPU and the CUDA RNG tracker forks nothing during the
-build (tests/mcore_reference.py _cpu_only_megatron).
+"device_arch" (its CI row's GPU; default 10, Blackwell); the environment is the case's "env"
+(its CI row's, then the mutation) over the harness's own without CUDA_DEVICE_MAX_CONNECTIONS
+and NVTE_*; ``torch.cuda.current_device`` names the meta device and the CUDA RNG tracker
+forks nothing during the build (tests/mcore_reference.py _cpu_only_megatron).
 """
 import contextlib, io, json, math, os, sys, traceback, types, warnings
 

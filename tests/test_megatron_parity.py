@@ -87,3 +87,20 @@ if __name__ == "__main__":
         print(f"megatron {megatron:6} estimator {mine:6} {n}")
     for name, why in sorted(disagreements.items()):
         print(f"  {name}: {why}")
+
+
+def test_the_data_holds_the_cases_the_generator_makes(shared_calibration):
+    # scripts/megatron_validate's cases() over the calibration TSV: the same cases, in order, so a
+    # change to MUTATIONS without regenerating the data fails here (Megatron is not needed)
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    script = Path(__file__).parent.parent / "scripts" / "megatron_validate"
+    loader = SourceFileLoader("megatron_validate", str(script))
+    generator = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(generator)
+    made = generator.cases(shared_calibration, 16)
+    stored = cases()
+    assert [c["case"] for c in made] == [c["case"] for c in stored]
+    keys = ("argv", "world_size", "env", "gpu", "device_arch")
+    assert [tuple(c[k] for k in keys) for c in made] == [tuple(c[k] for k in keys) for c in stored]
