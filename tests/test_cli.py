@@ -417,3 +417,5 @@ def test_an_invalid_script_still_shows_what_it_assumed_about_unknown_values(tmp_
     doc = json.loads(run(["check", str(path), "--budget", "80GiB", "--format", "json"]).stdout)
     validate_report(doc)
     assert doc["status"] == "invalid" and doc["notices"] == [notice]
+    markdown = run(["check", str(path), "--budget", "80GiB", "--format", "markdown"]).stdout
+    assert f"Notices:\n- {notice}\n" in markdown
