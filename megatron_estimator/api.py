@@ -252,6 +252,9 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
              suggest: bool = False) -> Verdict:
     """Validate and estimate one input; never raises for bad input (the verdict holds the problems).
 
+    A refused input's verdict keeps the input's notices (``Verdict.notes``: the unknown values
+    it assumed, each with its file:line), which a valid one states among its assumptions.
+
     With ``suggest``, a refusal (a stage over the budget) carries ``Verdict.suggestions``: the
     nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing."""
     from megatron_estimator.results.estimate import build_estimate as estimate_memory
@@ -263,12 +266,13 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     family = model_family(inp.raw, inp.entry)
     if problems and not inp.raw.settings:
         if inp.entry is None:
-            return Verdict(inp.source, problems=tuple(problems))
+            return Verdict(inp.source, problems=tuple(problems), notes=inp.notes)
         # A launch of a family the estimator does not model is refused as such, whatever else.
         from megatron_estimator.config.family import unsupported_model
 
         refusal = unsupported_model(family)
-        return Verdict(inp.source, problems=tuple(problems) + ((refusal,) if refusal else ()), family=family)
+        return Verdict(inp.source, problems=tuple(problems) + ((refusal,) if refusal else ()), family=family,
+                       notes=inp.notes)
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
@@ -290,11 +294,11 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         # An unsupported model family is said first: the rest is only what its command line holds.
         refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
         return Verdict(inp.source, problems=refusals + tuple(problems) + tuple(p for p in found if p not in refusals),
-                       family=family)
+                       family=family, notes=inp.notes)
     if problems:
         # The input had problems of its own (an unknown flag, a bad value): report them, with
         # whatever validation found in the rest, instead of an estimate of something else.
-        return Verdict(inp.source, problems=tuple(problems), family=family)
+        return Verdict(inp.source, problems=tuple(problems), family=family, notes=inp.notes)
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,

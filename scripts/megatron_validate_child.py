@@ -1,16 +1,48 @@
-"""Child of scripts/megatron_validate: runs Megatron-LM's own parse_args + validate_args on CPU.
+"""Child of scripts/megatron_validate: runs Megatron-LM's own checks on CPU, stage by stage.
 
-Reads JSON lines {"argv": [...], "world_size": N} on stdin, writes {"outcome": "accept"|"refuse",
-"error": first line} per case.  Stubs (test-only, documented): megatron/core/transformer/moe/ops/paged_stash.py (imports triton for
-GPU kernels; a no-op module); ``get_device_arch_version`` returns 10 (Blackwell); the environment has
-no CUDA_DEVICE_MAX_CONNECTIONS except what a case sets.
+Reads JSON lines {"argv": [...], "world_size": N, "env": {...}, "device_arch": A} on stdin and
+writes one JSON line per case: {"outcome": "accept"|"refuse", "stage": S, "error": first line,
+"build": how the model build ran}.  Stages, in Megatron's order:
+
+  parse     megatron/training/arguments.py parse_args (argparse)
+  validate  megatron/training/arguments.py validate_args
+  config    megatron/training/argument_utils.py core_transformer_config_from_args
+            (TransformerConfig / MLATransformerConfig __post_init__)
+  build     megatron/core/parallel_state.py initialize_model_parallel on the single-process
+            ``fake`` torch.distributed backend (what Megatron's --fake-process-group does), then
+            pretrain_gpt.py's model provider (gpt_builders.py gpt_builder) on the meta device,
+            for every virtual stage of the first and the last pipeline rank
+  train     the checks of the first training step that stop a job before it trains
+            (MoELayer.forward's sequence-parallel check), evaluated on the built model
+  none      (accept) every stage passed
+
+Any exception before the build is Megatron refusing (argparse's SystemExit, the asserts and
+ValueErrors of validate_args and __post_init__).  At the build stage, an exception that comes
+from the CPU harness itself (no CUDA, no Transformer Engine, no apex) is not Megatron refusing:
+the case is recorded as accepted with "build": "not run: ..." and the reason.  What a GPU
+machine has and this one does not is stood in for, each named in "build": without Transformer
+Engine a --transformer-impl transformer_engine case builds the local spec, whose attention is
+built with CP 1 (TE's does context parallelism); without apex the torch norm neither persists
+nor refuses sequence parallelism (apex's FusedLayerNorm does neither; see
+tests/mcore_reference.py _norms_accept_sequence_parallel); no gradient-accumulation fusion
+kernel; the RNG tracker passes as CUDA-graph capable where validate_args / initialize.py make it
+so; the local spec's explicit MLA q/kv norms (which TE's spec fuses) are not a refusal.
+
+Stubs (test-only, documented): modules that import triton (GPU kernels) are no-op modules;
+Transformer Engine's version (``get_te_version``) is TE_STAND_IN, so the TE version checks of
+validate_args and __post_init__ answer as on a machine with TE, and its fused MoE permutation
+kernels are present (stand-ins never called: the build still has no TE);
+``get_device_arch_version`` (and ``torch.cuda.get_device_capability``) return the case's
+"device_arch" (its CI row's GPU; default 10, Blackwell); the environment is the case's "env"
+(its CI row's, then the mutation) over the harness's own without CUDA_DEVICE_MAX_CONNECTIONS
+and NVTE_*; ``torch.cuda.current_device`` names the meta device and the CUDA RNG tracker
+forks nothing during the build (tests/mcore_reference.py _cpu_only_megatron).
 """
-import io, json, os, sys, types, contextlib
+import contextlib, io, json, math, os, sys, traceback, types, warnings
 
 tree = sys.argv[1]
 sys.path.insert(0, tree)
-# Modules that import triton (GPU kernels only) are stood in by no-op modules: every such
-# file under megatron/ whose module does not already exist in sys.modules.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 
 def _noop(name):
@@ -39,25 +71,283 @@ import typing  # noqa: E402
 
 if not hasattr(typing, "override"):          # Python 3.12 typing.override, used by megatron/training/models
     typing.override = lambda f: f
-import megatron.training.arguments as A  # noqa: E402
-A.get_device_arch_version = lambda: 10   # Blackwell: the pre-Blackwell CUDA_DEVICE_MAX_CONNECTIONS=1 rule is off, as in the estimator without a GPU named
+import torch  # noqa: E402
+import megatron.core.utils as U  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
-for line in sys.stdin:
-    case = json.loads(line)
+# A GPU machine runs Megatron with Transformer Engine installed; its version checks (validate_args,
+# TransformerConfig.__post_init__) are answered as for TE_STAND_IN (the harness has no TE).
+TE_STAND_IN = "2.14.0"
+_original_te_version = U.get_te_version
+U.get_te_version = lambda: Version(TE_STAND_IN)
+import megatron.training.arguments as A  # noqa: E402
+import megatron.training.global_vars as G  # noqa: E402
+from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+
+BASE_ENV = {k: v for k, v in os.environ.items()
+            if k != "CUDA_DEVICE_MAX_CONNECTIONS" and not k.startswith("NVTE_")}
+# ... and its fused MoE permutation kernels exist (TransformerConfig.__post_init__ asks for them
+# with --moe-permute-fusion; the meta-device build never calls them)
+from megatron.core.extensions import transformer_engine as _te_ext  # noqa: E402
+
+
+def _te_kernel_stand_in(*args, **kwargs):
+    raise RuntimeError("a Transformer Engine kernel stand-in was called (no TE on this machine)")
+
+
+from megatron.core.transformer.moe import moe_utils as _moe_utils  # noqa: E402  (binds them by name)
+
+for _name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+              "fused_sort_chunks_by_index_with_probs", "fused_unpermute", "fused_permute_and_pad_with_probs"):
+    for _holder in (_te_ext, _moe_utils):
+        if getattr(_holder, _name, "absent") is None:
+            setattr(_holder, _name, _te_kernel_stand_in)
+for _module in list(sys.modules.values()):     # the modules that imported it by name
+    if getattr(_module, "get_te_version", None) is _original_te_version:
+        _module.get_te_version = U.get_te_version
+DEVICE_ARCH = [10]
+A.get_device_arch_version = lambda: DEVICE_ARCH[0]
+# validate_args asks the GPU's compute capability (--moe-grouped-gemm): the case's GPU's
+torch.cuda.get_device_capability = lambda *a, **k: (DEVICE_ARCH[0], 0)
+
+# Exceptions by which Megatron refuses on purpose (asserts, value checks, argparse exits).
+REFUSALS = (SystemExit, AssertionError, ValueError, NotImplementedError)
+# What the CPU harness cannot run at the build stage (recorded, not a refusal).
+HARNESS_LIMITS = ("CUDA", "cuda", "transformer_engine", "Transformer Engine", "TransformerEngine",
+                  "apex", "triton", "NCCL", "nccl", "MagicMock", "HAVE_TE")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:240]
+
+
+def _where(err: BaseException) -> str:
+    """The innermost Megatron frame of ``err``: path:line (relative to the tree)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(tree)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{os.path.relpath(f.filename, tree)}:{f.lineno}"
+
+
+def _padded_vocab(args) -> int:
+    size = args.vocab_size or 50257
+    multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size
+    return int(math.ceil(size / multiple) * multiple)
+
+
+@contextlib.contextmanager
+def _parallel_state(args, world: int, pipeline_rank: int):
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from megatron.core import parallel_state as ps
+
+    per_stage = world // args.pipeline_model_parallel_size
+    dist.init_process_group("fake", store=FakeStore(), rank=pipeline_rank * per_stage, world_size=world)
+    try:
+        ps.initialize_model_parallel(
+            args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+            args.virtual_pipeline_model_parallel_size,
+            context_parallel_size=args.context_parallel_size,
+            hierarchical_context_parallel_sizes=args.hierarchical_context_parallel_sizes,
+            expert_model_parallel_size=args.expert_model_parallel_size,
+            num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
+            expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+            order='tp-cp-ep-dp-pp' if not args.use_tp_pp_dp_mapping else 'tp-cp-ep-pp-dp',
+            create_gloo_process_groups=False)
+        yield
+    finally:
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def _have(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+@contextlib.contextmanager
+def _local_attention_takes_cp():
+    """TE's attention does context parallelism; the local spec's DotProductAttention asserts CP 1
+    (megatron/core/transformer/dot_product_attention.py).  Standing in for TE, it is built with
+    CP 1 (CP changes no parameter shape)."""
+    import copy
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    original = DotProductAttention.__init__
+
+    def init(self, config, *a, **k):
+        if config.context_parallel_size > 1:
+            config = copy.copy(config)
+            config.context_parallel_size = 1
+        original(self, config, *a, **k)
+
+    DotProductAttention.__init__ = init
+    try:
+        yield
+    finally:
+        DotProductAttention.__init__ = original
+
+
+def _build(args, config, world: int) -> str:
+    """Builds every virtual stage of the first and last pipeline rank; returns how it ran: the
+    spec, then what the CPU harness stood in for (each a kernel library's feature, not a check)."""
+    import mcore_reference as ref
+    from gpt_builders import gpt_builder
+
+    how = [f"{args.transformer_impl} spec"]
+    stand_in_for_te = False
+    if args.transformer_impl == "transformer_engine":
+        from megatron.core.extensions import transformer_engine as te_ext
+        if not getattr(te_ext, "HAVE_TE", False):
+            args.transformer_impl = "local"
+            config.transformer_impl = "local"
+            stand_in_for_te = True
+            how = ["local spec (Transformer Engine not installed)"]
+            if config.context_parallel_size > 1:
+                how.append("local attention built with CP 1 (TE's does CP)")
+    if not _have("apex"):
+        # the local spec's LayerNorm is apex's FusedLayerNorm on a GPU machine, which persists;
+        # the torch norm it falls back to cannot (megatron/core/transformer/torch_norm.py)
+        if config.persist_layer_norm:
+            config.persist_layer_norm = False
+            how.append("no persistent layer norm (apex not installed)")
+    if config.gradient_accumulation_fusion:
+        # the fused weight-gradient kernel (apex / TE) is checked for at build time
+        config.gradient_accumulation_fusion = False
+        args.gradient_accumulation_fusion = False
+        how.append("no gradient-accumulation fusion kernel on CPU")
+    if args.te_rng_tracker or args.cuda_graph_impl != "none":
+        how.append("a CUDA-graph-capable RNG tracker stood in for")
+    args.padded_vocab_size = _padded_vocab(args)
+    # Shapes and checks only: nothing is initialised, every tensor stays on the meta device
+    # (megatron-core names torch.cuda.current_device() explicitly where it allocates).
+    config.perform_initialization = False
+    pp = args.pipeline_model_parallel_size
+    vpp = args.virtual_pipeline_model_parallel_size
+    chunks = vpp if (pp > 1 and vpp is not None) else None
+    for rank in sorted({0, pp - 1}):
+        with _parallel_state(args, world, rank), ref._cpu_only_megatron(), \
+                ref._norms_accept_sequence_parallel(config), torch.device("meta"), \
+                (_local_attention_takes_cp() if stand_in_for_te else contextlib.nullcontext()):
+            torch.cuda.current_device = lambda: "meta"
+            from megatron.core.tensor_parallel import random as mrandom
+            # --te-rng-tracker (validate_args turns it on for CUDA graphs with TE) or, for local
+            # CUDA graphs, the cudagraphable Megatron tracker (megatron/training/initialize.py):
+            # both pass megatron/core/transformer/cuda_graphs.py's check; so does the CPU stand-in
+            mrandom._CUDA_RNG_STATE_TRACKER.is_inference_rng_tracker = bool(
+                args.te_rng_tracker or args.cuda_graph_impl != "none")
+            for vp in (range(chunks) if chunks else [None]):
+                pre = rank == 0 and (vp is None or vp == 0)
+                post = rank == pp - 1 and (vp is None or vp == chunks - 1)
+                try:
+                    if args.multi_latent_attention:
+                        model = _build_mla(ref, gpt_builder, args, config, pre, post, vp)
+                    else:
+                        model = gpt_builder(args, pre, post, vp, config=config)
+                except REFUSALS as err:
+                    # the local spec's explicit MLA q/kv norms, which TE's spec fuses into its
+                    # linear layers (megatron/core/transformer/mla_qk_norm_config.py)
+                    if stand_in_for_te and "mla_qk_norm_config.py" in _where(err):
+                        raise HarnessLimit(f"{_first_line(err)} (the local spec standing in for TE)") from err
+                    raise
+                _first_step_checks(model)
+    return "; ".join(how)
+
+
+class HarnessLimit(Exception):
+    """What the CPU harness cannot build as a GPU machine would: not Megatron refusing."""
+
+
+class TrainingTimeRefusal(Exception):
+    """A check Megatron makes in the first training step, evaluated on the built model."""
+
+
+def _first_step_checks(model) -> None:
+    """Checks of the first forward pass that stop a job before its first step, evaluated on
+    the built modules with the condition Megatron's forward tests (not run: no forward pass on
+    the meta device).  megatron/core/transformer/moe/moe_layer.py MoELayer.forward: in
+    training, an attention TP group above 1 without sequence parallelism raises ValueError."""
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    for module in model.modules():
+        if isinstance(module, MoELayer) and module.training and module.attn_tp_group.size() > 1 \
+                and not module.config.sequence_parallel:
+            raise TrainingTimeRefusal(
+                "ValueError: MoE with tensor parallelism needs sequence parallelism in training "
+                "(megatron/core/transformer/moe/moe_layer.py MoELayer.forward, first step)")
+
+
+def _build_mla(ref, gpt_builder, args, config, pre, post, vp):
+    """The local spec's MLA passes k/v channels its core attention does not take
+    (tests/mcore_reference.py _mla_core_attention_class): swap it before building."""
+    import gpt_builders
+    from megatron.core.models.gpt import GPTModel
+
+    replacement = ref._mla_core_attention_class()
+    original = gpt_builders.GPTModel
+
+    def patched(*a, **k):
+        ref._patch_mla_core_attention(k.get("transformer_layer_spec"), replacement)
+        ref._patch_mla_core_attention(k.get("mtp_block_spec"), replacement)
+        return GPTModel(*a, **k)
+
+    gpt_builders.GPTModel = patched
+    try:
+        return gpt_builder(args, pre, post, vp, config=config)
+    finally:
+        gpt_builders.GPTModel = original
+
+
+def run_case(case: dict) -> dict:
+    os.environ.clear()                       # what an earlier case (or its build: NVTE_*) set goes
+    os.environ.update(BASE_ENV)
     os.environ["WORLD_SIZE"] = str(case["world_size"])
     os.environ["RANK"] = "0"
-    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     os.environ.update(case.get("env", {}))
+    DEVICE_ARCH[0] = case.get("device_arch", 10)
     sys.argv = ["pretrain_gpt.py", *case["argv"]]
+    G._GLOBAL_ARGS = None
     out = io.StringIO()
+    stage = "parse"
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             args = A.parse_args()
+            stage = "validate"
             A.validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})
-        result = {"outcome": "accept", "error": ""}
+            G._GLOBAL_ARGS = args
+            stage = "config"
+            config = core_transformer_config_from_args(args)
+            stage = "build"
+            try:
+                how = _build(args, config, case["world_size"])
+            except HarnessLimit as err:
+                return {"outcome": "accept", "stage": "none", "error": "", "build": f"not run: {err}"}
+            except TrainingTimeRefusal as err:
+                return {"outcome": "refuse", "stage": "train", "error": str(err),
+                        "build": "derived: the first training step's check on the built model"}
+            except REFUSALS as err:
+                if any(word in str(err) for word in HARNESS_LIMITS):
+                    return {"outcome": "accept", "stage": "none", "error": "",
+                            "build": f"not run: {_first_line(err)}"}
+                raise
+            except Exception as err:  # noqa: BLE001 - the CPU harness could not build
+                return {"outcome": "accept", "stage": "none", "error": "",
+                        "build": f"not run: {_first_line(err)} at {_where(err)}"}
+        return {"outcome": "accept", "stage": "none", "error": "", "build": how}
     except SystemExit:
         lines = [l for l in out.getvalue().splitlines() if "error:" in l]
-        result = {"outcome": "refuse", "error": (lines[-1] if lines else "argparse exit")[:200]}
-    except BaseException as err:  # noqa: BLE001 - any failure is Megatron refusing
-        result = {"outcome": "refuse", "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]}
-    print(json.dumps(result), flush=True)
+        return {"outcome": "refuse", "stage": stage, "error": (lines[-1] if lines else "argparse exit")[:240]}
+    except BaseException as err:  # noqa: BLE001 - any failure before the build is Megatron refusing
+        where = _where(err)
+        return {"outcome": "refuse", "stage": stage,
+                "error": _first_line(err) + (f" ({where})" if where else "")}
+
+
+for line in sys.stdin:
+    print(json.dumps(run_case(json.loads(line))), flush=True)

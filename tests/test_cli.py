@@ -380,3 +380,42 @@ def test_a_scripts_missing_device_connections_is_located_at_its_launch(tmp_path)
     path.write_text("#!/bin/bash\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
                     + TINY_GPT + " --tensor-model-parallel-size 2\n")
     assert run(["check", "--gpu", "h100", str(path)]).returncode == 0
+
+
+_NOTICE_SCRIPT = """\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+srun python pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \\
+  --seq-length 2048 --max-position-embeddings 2048 \\
+  --micro-batch-size 2 --global-batch-size 64 \\
+  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 3 \\
+  --lr 1e-4 --train-iters 100 --bf16 --mock-data --tokenizer-type NullTokenizer --vocab-size 32000 \\
+  --tensorboard-dir $TB_DIR
+"""
+
+
+def test_an_invalid_script_still_shows_what_it_assumed_about_unknown_values(tmp_path):
+    # tp 2 x pp 3 does not divide 16 processes: refused; the unset $TB_DIR (logging only) is a
+    # notice with its file:line, in the text report and the JSON one, as for a valid input
+    path = tmp_path / "train.sh"
+    path.write_text(_NOTICE_SCRIPT)
+    notice = (f"{path}:10 TB_DIR: TB_DIR is not set in the script or the environment (bash would expand it "
+              f"to nothing); --tensorboard-dir at {path}:10 gets `$TB_DIR` from it (logging: it changes "
+              "neither validation nor memory); the check goes on without it")
+    result = run(["check", str(path), "--budget", "80GiB"])
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert lines[1:] == [
+        "  invalid input, 1 problem:",
+        f"  error: {path}:8 --tensor-model-parallel-size: tp(2) x pp(3) x cp(1) = 6 does not divide world "
+        f"size 16 (srun with SLURM_NTASKS=16 from #SBATCH --nodes=2 ({path}:2) --ntasks-per-node=8 "
+        f"({path}:3)); the data-parallel size would be 16/6 = 2.66667 [world-size-not-divisible]",
+        "  notices (what the check assumed about the rest):",
+        f"  - {notice}"]
+    doc = json.loads(run(["check", str(path), "--budget", "80GiB", "--format", "json"]).stdout)
+    validate_report(doc)
+    assert doc["status"] == "invalid" and doc["notices"] == [notice]
+    markdown = run(["check", str(path), "--budget", "80GiB", "--format", "markdown"]).stdout
+    assert f"Notices:\n- {notice}\n" in markdown

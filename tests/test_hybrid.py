@@ -143,14 +143,16 @@ def test_a_hybrid_entry_script_without_a_pattern_is_refused_not_estimated_as_gpt
 @pytest.mark.parametrize("t", [1, 2, 4])
 @pytest.mark.parametrize("symbol", ["M", "*", "-", "E"])
 def test_each_layer_symbol_counted_by_hand(symbol, t):
-    extra = MOE + f"--tensor-model-parallel-size {t} --mamba-num-groups 4 " + ("--sequence-parallel" if t > 1 else "")
+    # expert TP 1: MoE layers with biases refuse any other (transformer_config.py __post_init__)
+    extra = MOE + f"--tensor-model-parallel-size {t} --expert-tensor-parallel-size 1 --mamba-num-groups 4 " \
+        + ("--sequence-parallel" if t > 1 else "")
     cfg = config("M*-E", extra, world_size=t)
     index = "M*-E".index(symbol)
     # 4 Mamba groups, so that tp 4 divides them
     expected = {"M": mamba_params(t, groups=4), "*": attention_params(t), "-": mlp_params(t), "E": None}[symbol]
     if symbol == "E":
-        # router, norm and experts are not split by tp (etp = tp splits the experts' ffn)
-        e = t
+        # router, norm and experts are not split by tp (etp 1 leaves the experts' ffn whole)
+        e = 1
         expert = (H * 32 // e + 32 // e) + (32 // e * H + H)
         expected = 2 * H + (4 * H + 4) + 4 * expert
     assert count(layer_tensors(cfg, index, "")).total == expected

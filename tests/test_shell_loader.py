@@ -530,6 +530,8 @@ env > "$STUB_LOG.env"
     ("job.sbatch", {}, ()),
     ("sbatch_torchrun.sbatch", {"SLURM_NNODES": "4", "SLURM_GPUS_PER_NODE": "8"}, ()),
     ("two_launches.sh", {"USE_SRUN": "1"}, ()),
+    ("heredoc_args.sh", {}, ()),
+    ("heredoc_args.sh", {"TP": "4"}, ()),
 ])
 def test_resolution_matches_bash(tmp_path, name, environ, args):
     bash = shutil.which("bash")
@@ -808,3 +810,101 @@ def test_megatron_fsdp_example_submits_its_launch_in_a_here_document():
     assert launch is not None and launch.command.script.endswith("/pretrain_gpt.py")
     assert launch.command.launcher == "srun"
     assert launch.megatron_argv[:2] == ("--distributed-timeout-minutes", "60")
+
+
+# ---- here-documents inside $(...), srun bash -s (issue 12) -----------------------------------
+
+def test_a_here_document_cat_reads_inside_command_substitution_is_its_output():
+    # ARGS=$(cat <<EOF ... EOF): the output is the body, expanded where it is written (unquoted
+    # delimiter) or as written ('EOF'); <<- drops the tabs.  Each flag keeps its line in the
+    # here-document; an expanded value keeps where its variable was set.
+    launch, problems = load("heredoc_args.sh")
+    assert problems == ()
+    path = fixture("heredoc_args.sh")
+    pairs = list(zip(launch.megatron_argv, launch.megatron_locations))
+    assert pairs[:8] == [("--num-layers", f"{path}:10"), ("32", f"{path}:10"), ("--hidden-size", f"{path}:10"),
+                         ("4096", f"{path}:10"), ("--num-attention-heads", f"{path}:10"), ("32", f"{path}:10"),
+                         ("--seq-length", f"{path}:11"), ("4096", f"{path}:7")]
+    assert pairs[13:18] == [("--tensor-model-parallel-size", f"{path}:16"), ("2", f"{path}:6"),
+                            ("--pipeline-model-parallel-size", f"{path}:17"), ("2", f"{path}:17"),
+                            ("--sequence-parallel", f"{path}:18")]
+    assert pairs[-2:] == [("--vocab-size", f"{path}:24"), ("128256", f"{path}:24")]
+
+
+def test_an_unknown_value_in_a_command_substitution_here_document_stays_located(tmp_path):
+    path = script(tmp_path, """
+        ARGS=$(cat <<EOF
+        --num-layers 2 --hidden-size 64
+        --save $CKPT_DIR
+        EOF
+        )
+        python pretrain_gpt.py $ARGS
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert launch.megatron_argv == ("--num-layers", "2", "--hidden-size", "64", "--save", "$CKPT_DIR")
+    assert launch.megatron_locations[4:] == (f"{path}:3", f"{path}:3")
+    # a checkpoint path changes neither validation nor memory: a notice where it is written
+    assert problems == ()
+    assert launch.notices == (
+        f"{path}:3 CKPT_DIR: CKPT_DIR is not set in the script or the environment (bash would expand it "
+        f"to nothing); --save at {path}:6 gets `$CKPT_DIR` from it (checkpointing: it changes neither "
+        "validation nor memory); the check goes on without it",)
+
+
+def test_a_command_substitution_of_cat_with_a_file_is_still_not_known(tmp_path):
+    path = script(tmp_path, "ARGS=$(cat args.txt)\npython pretrain_gpt.py --num-layers 2 $ARGS\n")
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert [p.code for p in problems] == ["unsupported-shell-construct"]
+
+
+def test_srun_bash_s_counts_srun_tasks_for_a_plain_python_launch(tmp_path):
+    # srun starts 2 x 8 tasks, each running the here-document's python: 16 processes
+    path = script(tmp_path, """
+        #!/bin/bash
+        #SBATCH --nodes=2
+        #SBATCH --gpus-per-node=8
+        srun -N 2 --ntasks-per-node=8 bash -s <<EOF
+        python pretrain_gpt.py --num-layers 4 \\
+          --tensor-model-parallel-size 2
+        EOF
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert problems == ()
+    assert launch.location == f"{path}:5"
+    assert launch.command.launcher == "srun"
+    assert launch.world_size == 16
+    assert launch.world_size_source == f"srun -N 2 ({path}:4) --ntasks-per-node 8 ({path}:4)"
+    assert list(zip(launch.megatron_argv, launch.megatron_locations)) == [
+        ("--num-layers", f"{path}:5"), ("4", f"{path}:5"),
+        ("--tensor-model-parallel-size", f"{path}:6"), ("2", f"{path}:6")]
+
+
+def test_srun_bash_s_without_counts_runs_the_allocation_from_the_sbatch_lines(tmp_path):
+    # srun with no -N / -n inside a job runs SLURM_NTASKS tasks (#SBATCH --nodes x --ntasks-per-node)
+    path = script(tmp_path, """
+        #!/bin/bash
+        #SBATCH --nodes=4
+        #SBATCH --ntasks-per-node=8
+        srun bash -s <<'EOF'
+        python pretrain_gpt.py --num-layers 4
+        EOF
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert problems == ()
+    assert launch.world_size == 32
+    assert launch.world_size_source == (f"srun with SLURM_NTASKS=32 from #SBATCH --nodes=4 ({path}:2) "
+                                        f"--ntasks-per-node=8 ({path}:3)")
+
+
+def test_srun_bash_s_with_torchrun_inside_counts_torchrun(tmp_path):
+    # one srun task per node, each a torchrun of 8: torchrun's nodes x processes
+    path = script(tmp_path, """
+        #!/bin/bash
+        #SBATCH --nodes=4
+        srun -N 4 --ntasks-per-node=1 bash -s <<EOF
+        torchrun --nnodes \\$SLURM_NNODES --nproc-per-node 8 pretrain_gpt.py --num-layers 4
+        EOF
+        """)
+    launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
+    assert problems == ()
+    assert launch.world_size == 32

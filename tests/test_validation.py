@@ -270,3 +270,83 @@ def test_step_batch_size_schedule_with_global_batch_size_is_refused():
     with pytest.raises(InvalidInput) as err:
         resolve_config(raw, world_size=1, environ={})
     assert [p.code for p in err.value.problems] == ["step-schedule-with-global-batch"]
+
+
+# ---- checks the differential harness found (scripts/megatron_validate; config/rules_parity.py) ----
+
+def test_moe_with_biases_needs_expert_tensor_parallel_size_one():
+    # megatron/core/transformer/transformer_config.py __post_init__: num_moe_experts with
+    # add_bias_linear (the default) asserts expert_tensor_parallel_size == 1; ETP defaults to TP.
+    moe = TINY_GPT + " --num-experts 4 --sequence-parallel"
+    assert ("moe-bias-needs-etp1", "--tensor-model-parallel-size") in codes(moe + " --tensor-model-parallel-size 2", 2)
+    assert ("moe-bias-needs-etp1", "--expert-tensor-parallel-size") in codes(
+        moe + " --expert-tensor-parallel-size 2", 2)
+    for fine in (" --tensor-model-parallel-size 2 --disable-bias-linear",
+                 " --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1", ""):
+        assert "moe-bias-needs-etp1" not in [c for c, _ in codes(moe + fine, 2)], fine
+
+
+def test_moe_bias_rule_is_release_dependent():
+    # before a329dd6da5 (#3858, first in 0.15) MoE experts had no bias and no such check
+    from megatron_estimator.megatron.releases import using_release
+
+    text = TINY_GPT + " --num-experts 4 --sequence-parallel --tensor-model-parallel-size 2"
+    with using_release("0.14.0"):
+        assert "moe-bias-needs-etp1" not in [c for c, _ in codes(text, 2)]
+    with using_release("0.15.3"):
+        assert ("moe-bias-needs-etp1", "--tensor-model-parallel-size") in codes(text, 2)
+
+
+@pytest.mark.parametrize("graphs, refused", [
+    ("--cuda-graph-impl local", True), ("--cuda-graph-impl transformer_engine", True),
+    ("--enable-cuda-graph", True), ("", False)])
+def test_full_recompute_with_cuda_graphs_is_refused(graphs, refused):
+    # transformer_config.py __post_init__ (2b343d739f): CUDA graphs + full recompute assert
+    # cuda_graph_impl == "full_iteration"; selective recompute is not this check
+    full = TINY_GPT + " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+    assert (("cuda-graph-full-recompute", "--recompute-granularity") in codes(full + graphs)) is refused
+    assert "cuda-graph-full-recompute" not in [c for c, _ in codes(TINY_GPT + " --recompute-activations " + graphs)]
+
+
+def test_te_cuda_graphs_with_expandable_segments_need_nccl_graph_register_zero():
+    # megatron/training/arguments.py validate_args (2b343d739f)
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.config.resolve import resolve_config
+
+    raw, problems = parse_megatron_argv((TINY_GPT + " --cuda-graph-impl transformer_engine").split())
+    assert not problems
+    segments = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    with pytest.raises(InvalidInput) as err:
+        resolve_config(raw, world_size=1, environ=segments, job_environment=True)
+    assert [(p.code, p.location) for p in err.value.problems] == [
+        ("cuda-graph-nccl-graph-register", "NCCL_GRAPH_REGISTER")]
+    resolve_config(raw, world_size=1, environ={**segments, "NCCL_GRAPH_REGISTER": "0"}, job_environment=True)
+    resolve_config(raw, world_size=1, environ={}, job_environment=True)
+    # not the job's environment (a config file): a note
+    config = resolve_config(raw, world_size=1, environ=segments)
+    assert any("NCCL_GRAPH_REGISTER=0" in note for note in config.notes)
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ("--fp8-format hybrid --recompute-activations --recompute-modules layernorm", True),
+    ("--fp8-format hybrid --recompute-activations --recompute-modules moe_act --num-experts 4 --moe-grouped-gemm", True),
+    ("--fp8-format hybrid --fp8-recipe tensorwise --recompute-activations --recompute-modules layernorm", False),
+    ("--fp8-format hybrid --recompute-activations --recompute-modules core_attn", False),
+    ("--recompute-activations --recompute-modules layernorm", False),
+])
+def test_fp8_delayed_scaling_cannot_recompute_layernorm_or_moe_act(extra, refused):
+    # transformer_config.py __post_init__ (781e765818): ValueError under the delayed recipe
+    found = ("fp8-delayed-recompute", "--recompute-modules") in codes(TINY_GPT + " " + extra)
+    assert found is refused
+
+
+def test_offloading_with_local_cuda_graphs_takes_only_the_capturable_modules():
+    # transformer_config.py __post_init__ (69c486825c, #3697, from 0.19): expert_fc1, moe_act, fused_group_mlp
+    from megatron_estimator.megatron.releases import using_release
+
+    base = TINY_GPT + " --fine-grained-activation-offloading --cuda-graph-impl local --offload-modules "
+    assert ("offload-modules-with-local-cuda-graphs", "--offload-modules") in codes(base + "core_attn")
+    assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "expert_fc1 moe_act")]
+    with using_release("0.18.0"):
+        assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "core_attn")]

@@ -27,7 +27,8 @@ from megatron_estimator.config.vocab import unreadable_tokenizer_file, vocabular
 
 # Rules about the job's environment: errors when the environment is the job's own.
 ENVIRONMENT_RULES = {"cuda-device-max-connections", "fsdp-cuda-device-max-connections",
-                     "deterministic-mode-environment", "transformer-engine-environment"}
+                     "deterministic-mode-environment", "transformer-engine-environment",
+                     "cuda-graph-nccl-graph-register"}
 
 SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
               "expert_model_parallel_size", "expert_tensor_parallel_size")

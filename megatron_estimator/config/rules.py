@@ -16,6 +16,7 @@ from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.hybrid import pattern_problems, segment_count
 from megatron_estimator.config.layout_syntax import LayoutSyntaxError, parse_layout
 from megatron_estimator.config.parallel import ParallelDims
+from megatron_estimator.config.rules_parity import PARITY_RULES
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
 
@@ -702,3 +703,7 @@ def _release_rule(rule: str) -> str:
     """The chosen Megatron release's value for ``rule`` (data/megatron_behaviour.tsv)."""
     from megatron_estimator.megatron.behaviour import behaviour
     return behaviour(rule)
+
+
+# The checks the differential harness found missing (scripts/megatron_validate), kept apart.
+RULES.extend(PARITY_RULES)

@@ -115,6 +115,9 @@ def _text_block(verdict: Verdict) -> str:
         lines.append(f"  invalid input, {len(verdict.problems)} problem{'s' if len(verdict.problems) != 1 else ''}:")
         for problem in verdict.problems:
             lines.append(f"  error: {problem.location}: {problem.message} [{problem.code}]")
+        if verdict.notes:
+            lines.append("  notices (what the check assumed about the rest):")
+            lines += [f"  - {note}" for note in verdict.notes]
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
@@ -211,6 +214,8 @@ def verdict_to_json(verdict: Verdict) -> dict:
     }
     if verdict.stack:                # run: the job's packages, from their metadata
         doc["stack"] = [package.to_json() for package in verdict.stack]
+    if verdict.notes:                # a refused input's notices (a valid one's are its assumptions)
+        doc["notices"] = list(verdict.notes)
     found = verdict.suggestions
     if found is not None:            # a refusal the caller asked suggestions for
         doc["suggestions"] = [s.to_json() for s in found.suggestions]
@@ -239,6 +244,10 @@ def render_markdown(verdicts: Sequence[Verdict]) -> str:
             for p in v.problems:
                 out.append(f"- `{p.location}`: {p.message} (`{p.code}`)")
             out.append("")
+            if v.notes:
+                out.append("Notices:")
+                out += [f"- {note}" for note in v.notes]
+                out.append("")
             continue
         e = v.estimate
         out.append(f"World size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}.")

@@ -185,8 +185,8 @@ class Expansion:
                 seg = self.arith_seg(part)
                 chunks.append(("seg", seg, not part.quoted, part.quoted, False))
             elif isinstance(part, CmdSub):
-                seg = self.cmdsub_seg(part)
-                chunks.append(("seg", seg, not part.quoted, part.quoted, False))
+                for seg in self.cmdsub_segs(part):
+                    chunks.append(("seg", seg, not part.quoted, part.quoted, False))
         return chunks
 
     def split(self, chunks: list, origin: Origin) -> list[Field]:
@@ -625,28 +625,39 @@ class Expansion:
     def arith_assign(self, name: str, value: int, origin: Origin) -> None:
         self.set_var(name, (lit_seg(str(value), origin),), origin)
 
-    def cmdsub_seg(self, part: CmdSub) -> Seg:
+    def cmdsub_segs(self, part: CmdSub) -> tuple[Seg, ...]:
+        """What ``$(...)`` expands to: its output with bash's trailing newlines removed, each
+        character where it is written (a here-document's text, ``cat`` of it, keeps its lines and
+        its unknown values; other output is located at the ``$(``)."""
         text, origins = part.source
         spelling = part.spelling if len(part.spelling) <= 60 else part.spelling[:57] + "..."
         if part.spelling[:1] in "<>":
             cause = Cause(UNSUPPORTED, part.origin, spelling,
                           f"`{spelling}` is a process substitution, a file that exists only while the script runs")
-            return unknown_seg(cause, part.spelling, part.origin)
+            return (unknown_seg(cause, part.spelling, part.origin),)
         try:
             output = self.pure_output(text, origins)
         except ImpureCommand as exc:
             cause = Cause(UNSUPPORTED, part.origin, spelling,
                           f"`{spelling}` runs {exc.command}; its output cannot be known without running it")
-            return unknown_seg(cause, part.spelling, part.origin)
+            return (unknown_seg(cause, part.spelling, part.origin),)
         except ShellSyntaxError as exc:
             cause = Cause(UNSUPPORTED, exc.origin, spelling, f"`{spelling}` cannot be read: {exc.message}")
-            return unknown_seg(cause, part.spelling, part.origin)
-        output = output.rstrip("\n")
-        return lit_seg(output, part.origin)
+            return (unknown_seg(cause, part.spelling, part.origin),)
+        segs = [item if isinstance(item, Seg) else lit_seg(item, part.origin) for item in output]
+        while segs and segs[-1].cause is None and segs[-1].text.endswith("\n"):
+            last = segs.pop()
+            kept = last.text.rstrip("\n")
+            if kept:
+                segs.append(Seg(kept, last.origins[:len(kept)], None, last.via))
+                break
+        segs = [seg for seg in segs if seg.text or seg.cause is not None]
+        return tuple(segs) if segs else (lit_seg("", part.origin),)
 
-    def pure_output(self, text: str, origins: Sequence[Origin]) -> str:
+    def pure_output(self, text: str, origins: Sequence[Origin]) -> list:
+        """The output of commands run inside ``$(...)``: text (str) and located segments (Seg)."""
         if not text.strip():
-            return ""
+            return []
         if text.strip().startswith("<"):
             raise ImpureCommand("a read of a file")       # $(< file)
         tree = parse(text, origins)
@@ -659,7 +670,7 @@ class Expansion:
                 self.run_list(tree)
             except ScriptExit:
                 pass
-            return "".join(self.capture)
+            return list(self.capture)
         finally:
             self.sandbox -= 1
             self.state = saved_state

@@ -47,7 +47,7 @@ class Interpreter(Expansion, Conditions):
         self.conditions: list[str] = []
         self.depth = 0
         self.sandbox = 0           # > 0 inside $(...)
-        self.capture: list[str] = []
+        self.capture: list = []            # output inside $(...): text (str) and located segments (Seg)
         self.current_line: Origin | None = None
         self.func_depth = 0
         self.local_frames: list[dict] = []
@@ -465,11 +465,18 @@ class Interpreter(Expansion, Conditions):
     def external(self, fields: list[Field], temp_env: dict, node: Simple):
         name = os.path.basename(fields[0].text)
         if self.sandbox:
-            return self.pure_command(name, fields)
+            return self.pure_command(name, fields, node)
         self.report(fields, temp_env, node, resolved=True)
         return None
 
-    def pure_command(self, name: str, fields: list[Field]):
+    def pure_command(self, name: str, fields: list[Field], node: Simple | None = None):
+        if name == "cat" and node is not None and all(f.text == "-" for f in fields[1:]):
+            # ``cat <<EOF`` (``CMD=$(cat <<EOF ... EOF)``): its output is the here-document's
+            # text, each character where it is written, unknown values kept as such
+            body = self.here_document(node)
+            if body is not None:
+                self.capture.extend(body)
+                return 0
         args = []
         for f in fields[1:]:
             text = fallback_text(f.segs)

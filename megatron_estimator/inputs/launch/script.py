@@ -130,6 +130,26 @@ class _Candidate:
     cwd: str | None = None         # the working directory the launch runs in, as the walk knows it
 
 
+class _UnderLauncher(CommandVisitor):
+    """The commands of a script that a launcher (``srun ... bash -s``) runs in each of its
+    tasks: a command that starts a training script is the launcher's fields followed by its own
+    (``srun -N 2 --ntasks-per-node 8`` + ``python pretrain_gpt.py ...``), each word where it is
+    written; every other command and note goes to the loader unchanged."""
+
+    def __init__(self, loader: "_Loader", prefix: Sequence[Field]):
+        self.loader = loader
+        self.prefix = tuple(prefix)
+
+    def command(self, command: ExecutedCommand) -> None:
+        fields = command.fields
+        starts = command.resolved and fields and (
+            is_launch_program(fields[0].text) or any(_ENTRY.match(os.path.basename(f.text)) for f in fields))
+        self.loader.command(replace(command, fields=self.prefix + tuple(fields)) if starts else command)
+
+    def note(self, origin: Origin, message: str) -> None:
+        self.loader.note(origin, message)
+
+
 @dataclass
 class _Note:
     origin: Origin
@@ -205,7 +225,10 @@ class _Loader(CommandVisitor):
                 env[name] = value
                 self.env_phrases[name] = phrase
         first = len(self.candidates)
-        problems = self.reader.run_string(text, origins, env, positional, self)
+        # ``srun ... bash -s``: srun starts its tasks, each running the body; a launch in the body
+        # runs under srun's options (its world size), as if written after them.
+        visitor = _UnderLauncher(self, command.fields[:index]) if kind == "shell" and index > 0 else self
+        problems = self.reader.run_string(text, origins, env, positional, visitor)
         self.problems.extend(problems)
         if sbatch is not None:
             for k in range(first, len(self.candidates)):
