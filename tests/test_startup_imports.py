@@ -42,7 +42,7 @@ ESTIMATE_PACKAGE = frozenset("""
     megatron megatron.behaviour megatron.flag_effects megatron.flags megatron.releases
     inputs inputs.argv inputs.entry_script inputs.rawargs inputs.release_choice
     config config.derive config.family config.hybrid config.layout_syntax config.parallel config.resolve
-    config.release_rules config.rules config.run_context config.schema config.schema_data config.typed config.vocab
+    config.release_rules config.rules config.rules_parity config.run_context config.schema config.schema_data config.typed config.vocab
     model model.activations model.checkpoint model.layout model.overhead model.parameters model.records
     model.stage model.states
     results results.estimate report report.assumptions report.text
