@@ -94,7 +94,8 @@ def test_the_block_walk_equals_the_walk_one_tensor_at_a_time(seed):
 
 # MoE shapes: odd sizes (nothing a multiple of 64), small DDP buckets that close inside an
 # expert block, grouped GEMM or not, expert tensor parallel above 1, shared experts, MTP,
-# fp8, FSDP, the legacy layer-wise optimizer's ping-pong, a resumed load that exchanges.
+# fp8, FSDP, the legacy layer-wise optimizer's ping-pong, a resumed load that exchanges.  (Expert
+# tensor parallel above 1 needs --disable-bias-linear: transformer_config.py, a329dd6da5.)
 ODD = ("--num-layers 4 --hidden-size 72 --ffn-hidden-size 100 --num-attention-heads 4 --seq-length 32 "
        "--max-position-embeddings 32 --micro-batch-size 1 --vocab-size 1000 --bf16")
 CASES = [
@@ -107,7 +108,7 @@ CASES = [
              "--overlap-grad-reduce --ddp-bucket-size 7777 --moe-ffn-hidden-size 37 --moe-grouped-gemm"),
     (ODD, 8, "--num-experts 12 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 "
              "--expert-tensor-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce "
-             "--ddp-bucket-size 3001 --moe-ffn-hidden-size 50 --sequence-parallel"),
+             "--ddp-bucket-size 3001 --moe-ffn-hidden-size 50 --sequence-parallel --disable-bias-linear"),
     (ODD, 16, "--num-experts 64 --expert-model-parallel-size 8 --pipeline-model-parallel-size 2 "
               "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 100000 "
               "--moe-shared-expert-intermediate-size 88 --moe-layer-freq [0,1,1,1] --disable-bias-linear "
@@ -125,7 +126,8 @@ CASES = [
     (TINY_GPT, 8, "--num-experts 8 --expert-model-parallel-size 2 --optimizer muon "
                   "--use-distributed-optimizer --no-use-layer-wise-param-layout"),
     (TINY_GPT, 8, "--num-experts 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 "
-                  "--sequence-parallel --use-distributed-optimizer --load /nonexistent/ckpt --ckpt-fully-parallel-load"),
+                  "--sequence-parallel --use-distributed-optimizer --load /nonexistent/ckpt --ckpt-fully-parallel-load "
+                  "--disable-bias-linear"),
 ]
 
 

@@ -52,11 +52,14 @@ def moe_bias_expert_tensor_parallel(ns: Namespace, raw: RawArgs, env: Mapping[st
         return
     if _release_rule("moe_bias_needs_etp1") != "1":
         return
-    given = raw.given("expert_tensor_parallel_size") and ns.get("expert_tensor_parallel_size") is not None
-    etp = ns.get("expert_tensor_parallel_size") if given else ns.get("tensor_model_parallel_size") or 1
+    etp = ns.get("expert_tensor_parallel_size")
+    given = etp is not None         # set by a flag, a config file or the planner's layout
+    if not given:
+        etp = ns.get("tensor_model_parallel_size") or 1
     if not isinstance(etp, int) or etp == 1:
         return
-    where = raw.location("expert_tensor_parallel_size" if given else "tensor_model_parallel_size")
+    where = raw.location("expert_tensor_parallel_size" if raw.given("expert_tensor_parallel_size")
+                         else "tensor_model_parallel_size")
     source = "--expert-tensor-parallel-size" if given else "--tensor-model-parallel-size, which it defaults to"
     yield Problem("moe-bias-needs-etp1", where,
                   f"MoE layers with linear biases need expert tensor parallel size 1 (it is {etp}, from "
