@@ -20,12 +20,26 @@ each memoised on what it reads:
   wide) and the reported ones get the exact ``stage_states``, which are checked against the
   bounds.
 
-Two facts of the schedule (model/layout.py), exact and tested against it by brute force:
-within a group of stages of the same structure the lowest rank has the most microbatches
-alive at every step (its warm-up is longest), so it alone can be the group's peak
-(``StageGroup``); and the interleaved schedule's live counts repeat with the microbatch
-group, so ``schedule_microbatches`` gives a smaller microbatch count with the same peak (and
-the peak's moment does not change when the chunk weights are scaled).
+Facts of the stage function and the schedule the caches rest on, exact and tested against
+``model/stage.py`` and ``model/layout.py`` by brute force:
+
+- ``stage_terms`` reads the chunks' activations only through their kept bytes (the schedule's
+  weights) and the largest recompute peak (a transient), and the stage only through its
+  first / last flags and the kinds of its layers: the rest of its terms (``unscheduled``) is
+  cached on those (``LayoutActivations.stage``);
+- within a group of stages of the same structure the lowest rank has the most microbatches
+  alive at every step (its warm-up is longest), so it alone can be the group's peak
+  (``StageGroup``);
+- the interleaved schedule's fullest moment is the first of its live counts
+  (``layout.live_states``, which do not depend on the chunk weights) with the largest
+  weighted sum: the activations held then are the largest such sum, so the live counts are
+  cached per schedule, not per weights.
+
+A layout fits when every stage group's model states plus its other bytes stay within the
+allocated bytes whose device peak is the budget (``LayoutMemory.limits``: the device peak
+grows with the allocated bytes); the groups are checked one at a time and a group's bytes
+are computed only when the groups before it fit (``StageParts``), so a layout that does not
+fit costs only the groups up to the first that is over.
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ from typing import Mapping
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act
 from megatron_estimator.model import stage as stage_model
-from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight
+from megatron_estimator.model.layout import ModelChunk, StageLayout, live_states
 from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import DTYPE_BYTES
 from megatron_estimator.planner.space import LayoutChoice
@@ -45,26 +59,16 @@ from megatron_estimator.planner.validity import expert_overlay
 from megatron_estimator.results.plan import NO_RECOMPUTE, Recompute
 
 
-def schedule_microbatches(pp: int, rank: int, vpp: int | None, m: int, group: int, extra_warmup: int = 0) -> int:
-    """A microbatch count M' <= m for which ``layout.microbatches_in_flight`` gives the same
-    chunk counts as for m, for any chunk weights.
-
-    The interleaved schedule (layout.py ``_interleaved_peak``, after schedules.py
-    ``get_schedule_table``) runs groups of ``group`` microbatches through the v chunks; with
-    W warm-up forwards, the live counts after forward j are periodic in j with period
-    P = group x v while forwards and backwards both fall in full groups, and near the end
-    they depend only on the distance from the end.  With n full groups before the last one,
-    n >= ceil((W + 2P) / P) keeps every distinct state and their first-occurrence order, so
-    the surplus full groups can go."""
-    if pp == 1 or not vpp or vpp == 1:
-        return m
-    period = group * vpp
-    last = m - group * ((m - 1) // group)
-    full = (m - last) // group
-    warmup = (pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup
-    needed = -(-(warmup + 2 * period) // period)
-    return m if full <= needed else needed * group + last
-
+def undominated(states: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The distinct ``states`` that no other one matches or exceeds in every chunk: for
+    weights that are not negative the largest weighted sum of all is the largest of these."""
+    front: list[tuple[int, ...]] = []
+    # A state another exceeds has a smaller sum, and so has any state exceeding that one: by
+    # sum, largest first, each state needs checking against the ones kept only.
+    for state in sorted(set(states), key=sum, reverse=True):
+        if not any(all(a <= b for a, b in zip(state, other)) for other in front):
+            front.append(state)
+    return tuple(front)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +82,7 @@ class StageGroup:
     stage: StageLayout              # the group's lowest rank
     rank: int                       # its pipeline rank
     runs_loss: bool                 # the stage computes the loss (its post_process)
+    reads: tuple                    # what stage_terms reads of the stage: first, last, its layers' kinds
 
 
 class LayoutFamily:
@@ -100,9 +105,11 @@ class LayoutFamily:
             if stage_id in seen:
                 continue                        # a higher rank of the same structure: never the peak
             seen.add(stage_id)
-            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process))
+            kinds = tuple(sorted({pattern[i] for i in stage.layers}))
+            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process,
+                                     (stage.pre_process, stage.post_process, kinds)))
         self.groups: tuple[StageGroup, ...] = tuple(groups)
-        self.parts: dict[tuple, list[int]] = {}          # LayoutMemory._parts, shared by the family
+        self.parts: dict[tuple, StageParts] = {}         # LayoutMemory.parts, shared by the family
 
 
 class LayoutActivations:
@@ -117,6 +124,7 @@ class LayoutActivations:
         self._layers: dict[bool, int] = {}
         self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
         self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._unscheduled: dict[tuple, int] = {}
         self._deferred: dict[int, int] = {}
         self.layer_input = act.layer_input_bytes(cfg)
         self.embedding = act.embedding_activations(cfg)
@@ -168,15 +176,24 @@ class LayoutActivations:
 
     def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
         """model/stage.py ``stage_terms`` of the group's stage under this recompute choice, as
-        the schedule uses it: (``chunk_weights``, ``unscheduled``)."""
+        the schedule uses it: (``chunk_weights``, ``unscheduled``).  ``unscheduled`` is
+        ``stage_terms`` of the stage with one chunk of no kept bytes and the chunks' largest
+        recompute peak: it reads the chunks through nothing else (the module docstring)."""
         key = (group.stage_id, rec)
         parts = self._stages.get(key)
         if parts is None:
-            search, cache = self.search, self._chunks
-            chunks = tuple(cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
-                           for cid, chunk in zip(group.chunk_ids, group.stage.chunks))
-            terms = stage_model.stage_terms(self.cfg, group.stage, search.overheads, search.env, chunks, self.shared)
-            parts = self._stages[key] = (terms.chunk_weights, terms.unscheduled)
+            cache = self._chunks
+            chunks = [cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
+                      for cid, chunk in zip(group.chunk_ids, group.stage.chunks)]
+            peak = max([c.recompute_peak for c in chunks], default=0)
+            reads = (group.reads, peak)
+            unscheduled = self._unscheduled.get(reads)
+            if unscheduled is None:
+                search = self.search
+                unscheduled = self._unscheduled[reads] = stage_model.stage_terms(
+                    self.cfg, group.stage, search.overheads, search.env, (stage_model.ChunkActivations(0, peak),),
+                    self.shared).unscheduled
+            parts = self._stages[key] = (tuple([c.kept for c in chunks]), unscheduled)
         return parts
 
     def deferred(self, m: int) -> int:
@@ -210,7 +227,7 @@ class LayoutMemory:
     """The per-stage memory of one layout: ``estimate_stage``'s parts, cached by what each
     depends on (see the module docstring)."""
     __slots__ = ("search", "layout", "family", "_derived", "_config", "dims", "fixed", "fragmentation", "_exceed",
-                 "_lower", "_upper", "_states")                                       # one per layout searched
+                 "_lower", "_upper", "_states", "_limits")                                       # one per layout searched
 
     def __init__(self, search: "_Search", layout: LayoutChoice, family: LayoutFamily, derived: Mapping):
         self.search, self.layout, self.family = search, layout, family
@@ -222,6 +239,7 @@ class LayoutMemory:
         self._lower: dict[bool, list[int]] = {}             # lower_bounds by optimizer choice
         self._upper: dict[bool, list[int | None]] = {}      # upper_bounds by optimizer choice
         self._states: dict[bool, list[stage_model.StageStates]] = {}
+        self._limits: dict[bool, tuple] = {}
 
     @property
     def config(self):
@@ -347,78 +365,62 @@ class LayoutMemory:
             acts = self.search.activations_cache[key] = LayoutActivations(self.search, cfg)
         return acts
 
-    def _parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> list[int]:
-        """Each stage group's bytes besides its model states: activations alive at the schedule's
-        fullest moment, transients, workspaces, batch, buffers (model/stage.py ``estimate_stage``).
-        They depend on tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the
-        layouts of a family."""
-        family = self.family
+    def parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> "StageParts":
+        """Each stage group's bytes besides its model states (``StageParts``).  They depend on
+        tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the layouts of
+        a family."""
         lay = self.layout
         key = (lay.tp, lay.cp, lay.etp, mbs, r, sp)          # r: the family's recompute choice index
-        parts = family.parts.get(key)
-        if parts is None:
-            parts = family.parts[key] = self._compute_parts(mbs, m, rec, sp)
-        return parts
+        row = self.family.parts.get(key)
+        if row is None:
+            row = self.family.parts[key] = StageParts(self, mbs, m, rec, sp)
+        return row
 
-    def _compute_parts(self, mbs: int, m: int, rec: Recompute, sp: bool) -> list[int]:
-        acts = self.activations(mbs, rec, sp)
-        family = self.family
-        pp, vpp = self.layout.pp, family.vpp
-        inflight_cache = self.search.inflight_cache
-        parts = []
-        stage_cache = acts._stages
-        for group in family.groups:
-            rank = group.rank
-            kept, other = stage_cache.get((group.stage_id, rec)) or acts.stage(group, rec)
-            if group.runs_loss:
-                other += acts.deferred(m)
-            if pp == 1:
-                live = sum(kept)                              # layout.microbatches_in_flight: one at a time
-            elif vpp is None:
-                live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
-            else:
-                # The fullest moment is the same for chunk weights scaled by a positive factor,
-                # and for the smaller microbatch count schedule_microbatches gives.
-                scale = math.gcd(*kept) or 1
-                weights = tuple(k // scale for k in kept)
-                scheduled = schedule_microbatches(pp, rank, vpp, m, family.group_size, int(family.combined_1f1b))
-                key = (pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b)
-                counts = inflight_cache.get(key)
-                if counts is None:
-                    counts = inflight_cache[key] = microbatches_in_flight(
-                        pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b).chunk_microbatches
-                live = stage_model.held_activations(counts, kept)
-            parts.append(other + live)
-        return parts
+    def limits(self, do: bool) -> tuple[list[int], list[int], list[int | None]]:
+        """(the lower bound of each group's states, the most bytes besides them that keep the
+        group within the budget with that bound, the same with the upper bound (None:
+        unbounded)).  ``stage.device_bytes`` grows with the allocated bytes, so a stage fits
+        exactly when its allocated bytes are at most ``_Search.allocated_limit``."""
+        found = self._limits.get(do)
+        if found is None:
+            most = self.search.allocated_limit(self.fixed, self.fragmentation)
+            lower = self._lower.get(do) or self.lower_bounds(do)
+            upper = self._upper.get(do) or self.upper_bounds(do)
+            found = self._limits[do] = (lower, [most - low for low in lower],
+                                        [None if high is None else most - high for high in upper])
+        return found
 
     def assess(self, do: bool, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> int | None:
         """None when a stage is over budget, else the peak device bytes (exact, or a lower bound
-        within the few megabytes of padding when the upper bound of the states fits anyway)."""
+        within the few megabytes of padding when the upper bound of the states fits anyway).
+        The groups are checked in order, each group's bytes computed only once those before it
+        fit."""
         lay = self.layout
-        parts = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self._parts(mbs, m, r, rec, sp)
-        budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
-        worst = 0
-        for lower, part in zip(self._lower.get(do) or self.lower_bounds(do), parts):
-            low = lower + part
-            device = low + fixed + int(low * fragmentation)          # stage.device_bytes, inline: the hot loop
-            if device > budget:
+        row = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self.parts(mbs, m, r, rec, sp)
+        lower, low_room, high_room = self._limits.get(do) or self.limits(do)
+        values = row.values
+        worst = None
+        for g, room in enumerate(low_room):
+            part = values[g]
+            if part is None:
+                part = row.compute(g)
+            if part > room:
                 return None
-            if device > worst:
-                worst = device
-        for upper, part in zip(self._upper.get(do) or self.upper_bounds(do), parts):
-            if upper is None:
-                break
-            high = upper + part
-            if high + fixed + int(high * fragmentation) > budget:
+            low = lower[g] + part
+            if worst is None or low > worst:
+                worst = low
+        for g, room in enumerate(high_room):
+            if room is None or values[g] > room:
                 break
         else:
-            return worst
-        peak = self._exact(do, parts)
-        return None if peak[0] > budget else peak[0]
+            device = worst + self.fixed + int(worst * self.fragmentation)     # stage.device_bytes, inline
+            return device if device > 0 else 0
+        peak = self._exact(do, values)
+        return None if peak[0] > self.search.budget else peak[0]
 
     def exact_peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int]:
         """(device peak, allocated peak, rank) of the peak stage, with exact model states."""
-        return self._exact(do, self._compute_parts(mbs, m, rec, sp))
+        return self._exact(do, StageParts(self, mbs, m, rec, sp).all())
 
     def _exact(self, do: bool, parts: list[int]) -> tuple[int, int, int]:
         fixed, fragmentation = self.fixed, self.fragmentation
@@ -431,3 +433,43 @@ class LayoutMemory:
                 best = (device, allocated, rank)
         return best
 
+
+
+class StageParts:
+    """Each stage group's bytes besides its model states under one inner choice: the
+    activations alive at the schedule's fullest moment, transients, workspaces, batch and
+    buffers (model/stage.py ``estimate_stage``), computed one group at a time on demand
+    (``values``: None until computed)."""
+    __slots__ = ("memory", "acts", "m", "rec", "values")
+
+    def __init__(self, memory: LayoutMemory, mbs: int, m: int, rec: Recompute, sp: bool):
+        self.memory, self.m, self.rec = memory, m, rec
+        self.acts = memory.activations(mbs, rec, sp)
+        self.values: list[int | None] = [None] * len(memory.family.groups)
+
+    def all(self) -> list[int]:
+        for g, value in enumerate(self.values):
+            if value is None:
+                self.compute(g)
+        return self.values
+
+    def compute(self, g: int) -> int:
+        memory, acts, m, rec = self.memory, self.acts, self.m, self.rec
+        family = memory.family
+        group = family.groups[g]
+        pp, vpp, rank = memory.layout.pp, family.vpp, group.rank
+        kept, other = acts._stages.get((group.stage_id, rec)) or acts.stage(group, rec)
+        if group.runs_loss:
+            other += acts.deferred(m)
+        if pp == 1:
+            live = sum(kept)                              # layout.microbatches_in_flight: one at a time
+        elif vpp is None:
+            live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
+        else:
+            # The fullest moment: the first live count with the largest weighted sum, so the
+            # activations held then are the largest sum (none: nothing held).
+            every, front = memory.search.live_states(pp, rank, vpp, m, family.group_size, family.combined_1f1b)
+            states = front if min(kept) >= 0 else every
+            live = max(0, max([sum([n * k for n, k in zip(state, kept)]) for state in states], default=0))
+        value = self.values[g] = other + live
+        return value

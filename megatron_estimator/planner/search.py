@@ -13,6 +13,7 @@ The result is a ``results.plan.Plan``.
 from __future__ import annotations
 
 import gc
+import heapq
 import math
 import time
 from dataclasses import dataclass, replace
@@ -29,7 +30,8 @@ from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import model_states
 from megatron_estimator.planner.candidates import Verifier, candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
-from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
+from megatron_estimator.planner.memory import (
+    LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census, undominated)
 from megatron_estimator.planner.space import (
     PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
@@ -133,7 +135,8 @@ class _Search:
         self.states_cache: dict[tuple, stage_model.StageStates] = {}
         self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
-        self.inflight_cache: dict[tuple, tuple[int, ...]] = {}
+        self._live_states: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._allocated_limits: dict[tuple, int] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
@@ -141,8 +144,18 @@ class _Search:
 
         self.searched = self.valid = 0
         self.rejections: dict[str, int] = {}
-        self.fits: list[_Fit] = []
+        # Each fitting layout as the fields of a _Fit, in their order (a _Fit is built only for
+        # those the ranking or a caller looks at: ``fits``).
+        self.found: list[tuple] = []
+        self._fits: list[_Fit] | None = None
         self.progress: _Progress | None = None
+
+    @property
+    def fits(self) -> list["_Fit"]:
+        """Every layout that fits, as found."""
+        if self._fits is None or len(self._fits) != len(self.found):
+            self._fits = [_Fit(*found) for found in self.found]
+        return self._fits
 
     # -- the space -----------------------------------------------------------------------------
 
@@ -176,7 +189,7 @@ class _Search:
         total = len(families) if progress is not None else 0
         for index, (tp, cp, pp, pipeline) in enumerate(families):
             if progress is not None:
-                progress(self.searched, len(self.fits), index + 1, total)
+                progress(self.searched, len(self.found), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
             batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
@@ -197,10 +210,10 @@ class _Search:
             outer_dims = sorted({d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)})
             accepted: dict[tuple, tuple[list, dict]] = {}
             choice = [0, 0, 0, 0]
-            fits, searched, valid = self.fits, 0, 0
+            found, searched, valid = self.found, 0, 0
             for e, (ep, etp) in enumerate(experts):
                 if progress is not None:
-                    progress(self.searched + searched, len(fits), index + 1, total)
+                    progress(self.searched + searched, len(found), index + 1, total)
                 choice[0] = e
                 code = verdicts.check(EXPERT, choice)
                 if code is not None:
@@ -233,7 +246,7 @@ class _Search:
                     for r, rec, sp in ok:
                         device = assess(do, mbs, m, r, rec, sp)
                         if device is not None:
-                            fits.append(_Fit(step(m, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
+                            found.append((step(m, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
             self.searched += searched
             self.valid += valid
 
@@ -274,6 +287,30 @@ class _Search:
 
             value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
         return value
+
+    def live_states(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool
+                    ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+        """model/layout.py ``live_states`` (it reads the schedule, not the chunk weights), and
+        those of them no other one matches or exceeds in every chunk: with weights that are
+        not negative the largest weighted sum is among these."""
+        key = (pp, rank, vpp, m, group, combined_1f1b)
+        states = self._live_states.get(key)
+        if states is None:
+            from megatron_estimator.model.layout import live_states
+
+            every = live_states(pp, rank, vpp, m, group, combined_1f1b)
+            states = self._live_states[key] = (every, undominated(every))
+        return states
+
+    def allocated_limit(self, fixed: int, fragmentation: float) -> int:
+        """The most allocated bytes whose ``stage.device_bytes`` is within the budget: it grows
+        with the allocated bytes (an integer plus a truncated non-negative multiple of it), so
+        a stage fits exactly when its allocated bytes are at most this."""
+        key = (fixed, fragmentation)
+        most = self._allocated_limits.get(key)
+        if most is None:
+            most = self._allocated_limits[key] = allocated_limit(self.budget, fixed, fragmentation)
+        return most
 
     def intern(self, structure: tuple) -> int:
         """A small int for a stage or chunk structure, the same for equal structures."""
@@ -418,7 +455,7 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
             gc.enable()
     if run.valid == 0:
         raise NoValidLayout(_no_valid_layout(run), run.searched)
-    chosen = _best(run.fits, top)
+    chosen = _best(run.found, top)
     candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
     if run.base_problems:
@@ -427,23 +464,51 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     return Plan(
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
         budget_bytes=budget, budget_source=budget_source, candidates=candidates,
-        searched=run.searched, valid=run.valid, fitting=len(run.fits),
+        searched=run.searched, valid=run.valid, fitting=len(run.found),
         seconds=clock() - started, space=space, proxy=proxy,
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )
 
 
-def _best(fits: list[_Fit], top: int | None) -> list[_Fit]:
-    """The ``top`` best layouts by (proxy step, device peak).  The device peaks of the layouts
-    tied with the last of them on the proxy are made exact first, so the order is the one
-    exact peaks give."""
-    fits.sort(key=_Fit.sort_key)
-    if top is None or top >= len(fits):
-        window = fits
+def allocated_limit(budget: int, fixed: int, fragmentation: float) -> int:
+    """The largest integer x with ``stage.device_bytes(x, fixed, fragmentation) <= budget``
+    (the device bytes never decrease as x grows: fragmentation is not negative)."""
+    if fragmentation < 0:
+        raise ValueError("the planner needs a non-negative fragmentation")
+
+    def fits(x: int) -> bool:
+        return stage_model.device_bytes(x, fixed, fragmentation) <= budget
+
+    low = high = budget - fixed
+    step = 1
+    while fits(high):
+        low, high, step = high, high + step, step * 2
+    step = 1
+    while not fits(low):
+        high, low, step = low, low - step, step * 2
+    while high - low > 1:                         # fits(low), not fits(high)
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _best(found: list[tuple], top: int | None) -> list[_Fit]:
+    """The ``top`` best layouts by (proxy step, device peak), of the fitting layouts ``found``
+    (``_Search.found``).  The device peaks of the layouts tied with the last of them on the
+    proxy are made exact first, so the order is the one exact peaks give: the order of
+    sorting every layout by ``_Fit.sort_key``, taking those whose step is at most the
+    ``top``-th smallest, making their peaks exact and sorting again (the sorts are stable), for
+    which only the layouts taken need sorting."""
+    if top is None or top >= len(found):
+        window = [_Fit(*f) for f in found]
     else:
-        boundary = fits[top - 1].step
-        window = [fit for fit in fits if fit.step <= boundary]
+        boundary = heapq.nsmallest(top, [f[0] for f in found])[-1] if top > 0 else None
+        window = [_Fit(*f) for f in found if boundary is not None and f[0] <= boundary]
+    window.sort(key=_Fit.sort_key)
     for fit in window:
         fit.resolve()
     window.sort(key=_Fit.sort_key)
