@@ -310,12 +310,16 @@ def test_no_valid_layout():
 
 # -- the schedule facts the planner relies on (layout.py, by brute force) -----------------------
 
-def test_the_fullest_moment_holds_the_largest_weighted_live_count():
-    """The planner's held activations under the interleaved schedule: the largest weighted sum
-    of layout.live_states (of the undominated ones when no weight is negative) is what
-    microbatches_in_flight's fullest moment holds, for any weights and many microbatches."""
+def test_the_fullest_moment_is_the_heaviest_live_count():
+    """The planner's held activations under the interleaved schedule (``_Search.fullest_state``,
+    cached on the weights over their greatest common divisor, compared on the undominated live
+    counts): the largest weighted sum of layout.live_states is what microbatches_in_flight's
+    fullest moment holds, for any weights (scaled ones, zeros included) and many microbatches;
+    every live count is matched or exceeded by an undominated one."""
     from megatron_estimator.model.layout import live_states
 
+    inp, _ = api.plan_input(flags(TINY_GPT), environ={})
+    run = planner_search._Search(inp, 4, 16, GiB, "", Overheads(), {}, SMALL_SPACE, plan_records.ProxyAssumptions())
     rng = random.Random(3)
     checked = pruned = 0
     for pp in (2, 3, 4):
@@ -325,15 +329,18 @@ def test_the_fullest_moment_holds_the_largest_weighted_live_count():
                     for rank in range(pp):
                         for combined in (False, True):
                             every = live_states(pp, rank, vpp, m, group, combined)
-                            front = planner_memory.undominated(every)
-                            pruned += len(front) < len(every)
-                            for weights in (tuple(rng.randint(0, 1000) for _ in range(vpp)), (7,) * vpp,
-                                            (0,) * vpp, tuple(rng.choice((0, 1, 10**9)) for _ in range(vpp))):
+                            base = tuple(rng.randint(0, 50) for _ in range(vpp))
+                            for weights in (base, tuple(3 * w for w in base), (7,) * vpp, (0,) * vpp,
+                                            tuple(rng.choice((0, 1, 10**9)) for _ in range(vpp))):
                                 counts = microbatches_in_flight(pp, rank, vpp, m, group, weights, combined)
                                 held = sum(n * w for n, w in zip(counts.chunk_microbatches, weights))
                                 assert held == max(0, max(sum(n * w for n, w in zip(s, weights)) for s in every))
-                                assert held == max(0, max(sum(n * w for n, w in zip(s, weights)) for s in front))
+                                state = run.fullest_state(pp, rank, vpp, m, group, combined, weights)
+                                assert (0 if state is None else sum(n * w for n, w in zip(state, weights))) == held
                                 checked += 1
+                            front = planner_search.undominated(every)
+                            pruned += len(front) < len(set(every))
+                            assert all(any(all(a <= b for a, b in zip(s, f)) for f in front) for s in every)
     assert checked > 5000 and pruned > 500
 
 

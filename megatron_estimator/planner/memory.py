@@ -32,8 +32,8 @@ Facts of the stage function and the schedule the caches rest on, exact and teste
   (``StageGroup``);
 - the interleaved schedule's fullest moment is the first of its live counts
   (``layout.live_states``, which do not depend on the chunk weights) with the largest
-  weighted sum: the activations held then are the largest such sum, so the live counts are
-  cached per schedule, not per weights.
+  weighted sum, above zero: the same moment for weights scaled by a positive factor, so it
+  is cached per schedule and weights divided by their greatest common divisor.
 
 A layout fits when every stage group's model states plus its other bytes stay within the
 allocated bytes whose device peak is the budget (``LayoutMemory.limits``: the device peak
@@ -57,18 +57,6 @@ from megatron_estimator.model.states import DTYPE_BYTES
 from megatron_estimator.planner.space import LayoutChoice
 from megatron_estimator.planner.validity import expert_overlay
 from megatron_estimator.results.plan import NO_RECOMPUTE, Recompute
-
-
-def undominated(states: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    """The distinct ``states`` that no other one matches or exceeds in every chunk: for
-    weights that are not negative the largest weighted sum of all is the largest of these."""
-    front: list[tuple[int, ...]] = []
-    # A state another exceeds has a smaller sum, and so has any state exceeding that one: by
-    # sum, largest first, each state needs checking against the ones kept only.
-    for state in sorted(set(states), key=sum, reverse=True):
-        if not any(all(a <= b for a, b in zip(state, other)) for other in front):
-            front.append(state)
-    return tuple(front)
 
 
 @dataclass(frozen=True, eq=False)
@@ -395,28 +383,43 @@ class LayoutMemory:
         within the few megabytes of padding when the upper bound of the states fits anyway).
         The groups are checked in order, each group's bytes computed only once those before it
         fit."""
+        found = self.assess_all(do, mbs, m, ((r, rec, sp),))
+        return found[0][3] if found else None
+
+    def assess_all(self, do: bool, mbs: int, m: int, choices) -> list[tuple[int, Recompute, bool, int]]:
+        """``assess`` of each (r, recompute, sequence parallel) of ``choices`` with this
+        optimizer and micro batch: (r, recompute, sequence parallel, device bytes) of those
+        that fit, in order."""
         lay = self.layout
-        row = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self.parts(mbs, m, r, rec, sp)
+        tp, cp, etp = lay.tp, lay.cp, lay.etp
+        rows = self.family.parts
         lower, low_room, high_room = self._limits.get(do) or self.limits(do)
-        values = row.values
-        worst = None
-        for g, room in enumerate(low_room):
-            part = values[g]
-            if part is None:
-                part = row.compute(g)
-            if part > room:
-                return None
-            low = lower[g] + part
-            if worst is None or low > worst:
-                worst = low
-        for g, room in enumerate(high_room):
-            if room is None or values[g] > room:
-                break
-        else:
-            device = worst + self.fixed + int(worst * self.fragmentation)     # stage.device_bytes, inline
-            return device if device > 0 else 0
-        peak = self._exact(do, values)
-        return None if peak[0] > self.search.budget else peak[0]
+        fixed, fragmentation = self.fixed, self.fragmentation
+        fits = []
+        for r, rec, sp in choices:
+            row = rows.get((tp, cp, etp, mbs, r, sp)) or self.parts(mbs, m, r, rec, sp)
+            values = row.values
+            worst = None
+            for g, room in enumerate(low_room):
+                part = values[g]
+                if part is None:
+                    part = row.compute(g)
+                if part > room:
+                    break
+                low = lower[g] + part
+                if worst is None or low > worst:
+                    worst = low
+            else:
+                for g, room in enumerate(high_room):
+                    if room is None or values[g] > room:
+                        peak = self._exact(do, values)[0]
+                        if peak <= self.search.budget:
+                            fits.append((r, rec, sp, peak))
+                        break
+                else:
+                    device = worst + fixed + int(worst * fragmentation)     # stage.device_bytes, inline
+                    fits.append((r, rec, sp, device if device > 0 else 0))
+        return fits
 
     def exact_peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int]:
         """(device peak, allocated peak, rank) of the peak stage, with exact model states."""
@@ -468,8 +471,7 @@ class StageParts:
         else:
             # The fullest moment: the first live count with the largest weighted sum, so the
             # activations held then are the largest sum (none: nothing held).
-            every, front = memory.search.live_states(pp, rank, vpp, m, family.group_size, family.combined_1f1b)
-            states = front if min(kept) >= 0 else every
-            live = max(0, max([sum([n * k for n, k in zip(state, kept)]) for state in states], default=0))
+            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept)
+            live = 0 if state is None else sum([n * k for n, k in zip(state, kept)])
         value = self.values[g] = other + live
         return value

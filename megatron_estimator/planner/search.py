@@ -30,8 +30,7 @@ from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import model_states
 from megatron_estimator.planner.candidates import Verifier, candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
-from megatron_estimator.planner.memory import (
-    LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census, undominated)
+from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
 from megatron_estimator.planner.space import (
     PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
@@ -135,7 +134,8 @@ class _Search:
         self.states_cache: dict[tuple, stage_model.StageStates] = {}
         self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
-        self._live_states: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._fullest: dict[tuple, tuple[int, ...] | None] = {}
+        self._live_states: dict[tuple, tuple] = {}
         self._allocated_limits: dict[tuple, int] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
@@ -192,7 +192,10 @@ class _Search:
                 progress(self.searched, len(self.found), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
-            batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            # (the optimizer chosen, micro batch size, the optimizer derived, microbatches)
+            batches = [(chosen, mbs, shards_optimizer_states(derived), derived["num_microbatches"])
+                       for (chosen, mbs), derived in zip(chosen_batches, namespaces)]
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)
@@ -222,8 +225,8 @@ class _Search:
                 layout = LayoutChoice(tp, cp, pp, ep, etp, pipeline)
                 memory = LayoutMemory(self, layout, family, first)
                 cost = LayoutCost(self, layout, family, memory.dims)
-                assess, step = memory.assess, cost.step
-                for b, (chosen, mbs) in enumerate(batches):
+                step = cost.step
+                for b, (chosen, mbs, do, m) in enumerate(batches):
                     choice[1] = b
                     code = verdicts.check(BATCH, choice)
                     if code is not None:
@@ -238,15 +241,10 @@ class _Search:
                         self._reject(code, count)
                     searched += len(ok)
                     valid += len(ok)
-                    derived = namespaces[b]
-                    do = shards_optimizer_states(derived)
                     if memory.states_exceed(do):
                         continue
-                    m = derived["num_microbatches"]
-                    for r, rec, sp in ok:
-                        device = assess(do, mbs, m, r, rec, sp)
-                        if device is not None:
-                            found.append((step(m, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
+                    for r, rec, sp, device in memory.assess_all(do, mbs, m, ok):
+                        found.append((step(m, r, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
             self.searched += searched
             self.valid += valid
 
@@ -288,19 +286,34 @@ class _Search:
             value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
         return value
 
-    def live_states(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool
-                    ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
-        """model/layout.py ``live_states`` (it reads the schedule, not the chunk weights), and
-        those of them no other one matches or exceeds in every chunk: with weights that are
-        not negative the largest weighted sum is among these."""
-        key = (pp, rank, vpp, m, group, combined_1f1b)
-        states = self._live_states.get(key)
+    def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
+                      kept: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Microbatches alive per chunk at a moment of the interleaved schedule with the most
+        activations for chunk weights ``kept``: one of model/layout.py ``live_states`` with
+        the largest weighted sum, which the fullest moment ``microbatches_in_flight`` picks
+        holds (None when no sum is above zero: nothing is held).  The moments are the same
+        for weights scaled by a positive factor, so this is cached on the weights divided by
+        their greatest common divisor; with no weight negative only the undominated live
+        counts need comparing (``undominated``)."""
+        scale = math.gcd(*kept)
+        weights = tuple([k // scale for k in kept]) if scale > 1 else kept
+        key = (pp, rank, vpp, m, group, combined_1f1b, weights)
+        if key in self._fullest:
+            return self._fullest[key]
+        schedule = key[:6]
+        states = self._live_states.get(schedule)
         if states is None:
             from megatron_estimator.model.layout import live_states
 
             every = live_states(pp, rank, vpp, m, group, combined_1f1b)
-            states = self._live_states[key] = (every, undominated(every))
-        return states
+            states = self._live_states[schedule] = (every, undominated(every))
+        best, state = 0, None
+        for live in states[1] if min(weights) >= 0 else states[0]:
+            weight = sum([n * w for n, w in zip(live, weights)])
+            if weight > best:
+                best, state = weight, live
+        self._fullest[key] = state
+        return state
 
     def allocated_limit(self, fixed: int, fragmentation: float) -> int:
         """The most allocated bytes whose ``stage.device_bytes`` is within the budget: it grows
@@ -469,6 +482,18 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )
+
+
+def undominated(states: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The distinct ``states`` that no other one matches or exceeds in every chunk: for
+    weights that are not negative the largest weighted sum of all is the largest of these."""
+    front: list[tuple[int, ...]] = []
+    # A state another exceeds has a smaller sum, and so has any state exceeding that one: by
+    # sum, largest first, each state needs checking against the ones kept only.
+    for state in sorted(set(states), key=sum, reverse=True):
+        if not any(all([a <= b for a, b in zip(state, other)]) for other in front):
+            front.append(state)
+    return tuple(front)
 
 
 def allocated_limit(budget: int, fixed: int, fragmentation: float) -> int:
