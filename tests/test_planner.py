@@ -312,16 +312,15 @@ def test_no_valid_layout():
 
 def test_the_fullest_moment_is_the_heaviest_live_count():
     """The planner's held activations under the interleaved schedule (``_Search.fullest_state``,
-    cached on the weights over their greatest common divisor, compared on the undominated live
-    counts): the largest weighted sum of layout.live_states is what microbatches_in_flight's
-    fullest moment holds, for any weights (scaled ones, zeros included) and many microbatches;
-    every live count is matched or exceeded by an undominated one."""
+    cached on the weights over their greatest common divisor): the largest weighted sum of
+    layout.live_states is what microbatches_in_flight's fullest moment holds, for any weights
+    (scaled ones, zeros included) and many microbatches."""
     from megatron_estimator.model.layout import live_states
 
     inp, _ = api.plan_input(flags(TINY_GPT), environ={})
     run = planner_search._Search(inp, 4, 16, GiB, "", Overheads(), {}, SMALL_SPACE, plan_records.ProxyAssumptions())
     rng = random.Random(3)
-    checked = pruned = 0
+    checked = 0
     for pp in (2, 3, 4):
         for vpp in (2, 3, 4):
             for group in (pp, 2 * pp):
@@ -337,11 +336,10 @@ def test_the_fullest_moment_is_the_heaviest_live_count():
                                 assert held == max(0, max(sum(n * w for n, w in zip(s, weights)) for s in every))
                                 state = run.fullest_state(pp, rank, vpp, m, group, combined, weights)
                                 assert (0 if state is None else sum(n * w for n, w in zip(state, weights))) == held
+                                if held:
+                                    assert state == counts.chunk_microbatches
                                 checked += 1
-                            front = planner_search.undominated(every)
-                            pruned += len(front) < len(set(every))
-                            assert all(any(all(a <= b for a, b in zip(s, f)) for f in front) for s in every)
-    assert checked > 5000 and pruned > 500
+    assert checked > 5000
 
 
 def test_the_lowest_rank_holds_the_most():

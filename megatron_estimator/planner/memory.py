@@ -129,10 +129,11 @@ class LayoutActivations:
             value = self._layers[kind] = act.layer_activations(self.cfg, index).total
         return value
 
-    def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute) -> stage_model.ChunkActivations:
+    def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute, rid: int | None = None
+              ) -> stage_model.ChunkActivations:
         """model/stage.py ``chunk_activation_bytes``, from the chunk's recompute groups counted
         by layer kind (its cached form: the brute-force tests hold it equal)."""
-        key = (chunk_id, rec)
+        key = (chunk_id, self.search.recompute_id(rec) if rid is None else rid)
         value = self._chunks.get(key)
         if value is None:
             whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
@@ -162,16 +163,19 @@ class LayoutActivations:
             self._kinds = (dense, moe)
         return self._kinds
 
-    def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
+    def stage(self, group: StageGroup, rec: Recompute, rid: int | None = None) -> tuple[tuple[int, ...], int]:
         """model/stage.py ``stage_terms`` of the group's stage under this recompute choice, as
         the schedule uses it: (``chunk_weights``, ``unscheduled``).  ``unscheduled`` is
         ``stage_terms`` of the stage with one chunk of no kept bytes and the chunks' largest
-        recompute peak: it reads the chunks through nothing else (the module docstring)."""
-        key = (group.stage_id, rec)
+        recompute peak: it reads the chunks through nothing else (the module docstring).
+        ``rid``: ``_Search.recompute_id`` of ``rec`` (the caches' key)."""
+        if rid is None:
+            rid = self.search.recompute_id(rec)
+        key = (group.stage_id, rid)
         parts = self._stages.get(key)
         if parts is None:
             cache = self._chunks
-            chunks = [cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
+            chunks = [cache.get((cid, rid)) or self.chunk(cid, chunk, rec, rid)
                       for cid, chunk in zip(group.chunk_ids, group.stage.chunks)]
             peak = max([c.recompute_peak for c in chunks], default=0)
             reads = (group.reads, peak)
@@ -288,18 +292,15 @@ class LayoutMemory:
         if upper and ref.optimizer.use_megatron_fsdp:
             return None
         rates = search.state_rates(dims, do)
-        dense = expert = padding = 0
-        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
-        for cid, chunk in zip(group.chunk_ids, stage.chunks):
-            d, e, nd, ne = search.chunk_census(lay.tp, lay.ep, lay.etp, cid, chunk)
-            dense, expert = dense + d, expert + e
-            if chunk.post_process:
-                nd += 2                                            # the final norm: weight (and bias)
-            padding += nd * 64 + (nd + 3) * dense_divisor if nd else 0
-            padding += ne * 64 + (ne + 3) * expert_divisor if ne else 0
+        dense, expert, dense_tensors, dense_chunks, expert_tensors, expert_chunks = search.stage_census(
+            lay.tp, lay.ep, lay.etp, group)
         truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term
         if not upper:
             return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        # Per chunk with n tensors of a kind: n x 64 + (n + 3) x lcm(shard, 128), summed.
+        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
+        padding = (dense_tensors * 64 + (dense_tensors + 3 * dense_chunks) * dense_divisor
+                   + expert_tensors * 64 + (expert_tensors + 3 * expert_chunks) * expert_divisor)
         dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
         bound = dense * rates.dense_high + expert * rates.expert_high + truncation
         if do or ref.optimizer.use_megatron_fsdp:
@@ -443,10 +444,11 @@ class StageParts:
     activations alive at the schedule's fullest moment, transients, workspaces, batch and
     buffers (model/stage.py ``estimate_stage``), computed one group at a time on demand
     (``values``: None until computed)."""
-    __slots__ = ("memory", "acts", "m", "rec", "values")
+    __slots__ = ("memory", "acts", "m", "rec", "rid", "values")
 
     def __init__(self, memory: LayoutMemory, mbs: int, m: int, rec: Recompute, sp: bool):
         self.memory, self.m, self.rec = memory, m, rec
+        self.rid = memory.search.recompute_id(rec)
         self.acts = memory.activations(mbs, rec, sp)
         self.values: list[int | None] = [None] * len(memory.family.groups)
 
@@ -457,11 +459,11 @@ class StageParts:
         return self.values
 
     def compute(self, g: int) -> int:
-        memory, acts, m, rec = self.memory, self.acts, self.m, self.rec
+        memory, acts, m, rec, rid = self.memory, self.acts, self.m, self.rec, self.rid
         family = memory.family
         group = family.groups[g]
         pp, vpp, rank = memory.layout.pp, family.vpp, group.rank
-        kept, other = acts._stages.get((group.stage_id, rec)) or acts.stage(group, rec)
+        kept, other = acts._stages.get((group.stage_id, rid)) or acts.stage(group, rec, rid)
         if group.runs_loss:
             other += acts.deferred(m)
         if pp == 1:

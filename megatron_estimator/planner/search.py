@@ -135,11 +135,11 @@ class _Search:
         self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
         self._fullest: dict[tuple, tuple[int, ...] | None] = {}
-        self._live_states: dict[tuple, tuple] = {}
         self._allocated_limits: dict[tuple, int] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
+        self._recompute_ids: dict[Recompute, int] = {}
         self.recomputed_cache: dict[tuple, float] = {}
 
         self.searched = self.valid = 0
@@ -288,27 +288,20 @@ class _Search:
 
     def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
                       kept: tuple[int, ...]) -> tuple[int, ...] | None:
-        """Microbatches alive per chunk at a moment of the interleaved schedule with the most
-        activations for chunk weights ``kept``: one of model/layout.py ``live_states`` with
-        the largest weighted sum, which the fullest moment ``microbatches_in_flight`` picks
-        holds (None when no sum is above zero: nothing is held).  The moments are the same
-        for weights scaled by a positive factor, so this is cached on the weights divided by
-        their greatest common divisor; with no weight negative only the undominated live
-        counts need comparing (``undominated``)."""
+        """Microbatches alive per chunk at the interleaved schedule's fullest moment for chunk
+        weights ``kept``, as ``microbatches_in_flight`` finds it: the first of model/layout.py
+        ``live_states`` with the largest weighted sum (None when no sum is above zero: nothing
+        is held).  The moment is the same for weights scaled by a positive factor, so this is
+        cached on the weights divided by their greatest common divisor."""
         scale = math.gcd(*kept)
         weights = tuple([k // scale for k in kept]) if scale > 1 else kept
         key = (pp, rank, vpp, m, group, combined_1f1b, weights)
         if key in self._fullest:
             return self._fullest[key]
-        schedule = key[:6]
-        states = self._live_states.get(schedule)
-        if states is None:
-            from megatron_estimator.model.layout import live_states
+        from megatron_estimator.model.layout import live_states
 
-            every = live_states(pp, rank, vpp, m, group, combined_1f1b)
-            states = self._live_states[schedule] = (every, undominated(every))
         best, state = 0, None
-        for live in states[1] if min(weights) >= 0 else states[0]:
+        for live in live_states(pp, rank, vpp, m, group, combined_1f1b):
             weight = sum([n * w for n, w in zip(live, weights)])
             if weight > best:
                 best, state = weight, live
@@ -324,6 +317,10 @@ class _Search:
         if most is None:
             most = self._allocated_limits[key] = allocated_limit(self.budget, fixed, fragmentation)
         return most
+
+    def recompute_id(self, rec: Recompute) -> int:
+        """A small int for a recompute choice, the same for equal choices (the caches' keys)."""
+        return self._recompute_ids.setdefault(rec, len(self._recompute_ids))
 
     def intern(self, structure: tuple) -> int:
         """A small int for a stage or chunk structure, the same for equal structures."""
@@ -397,6 +394,25 @@ class _Search:
 
             tensors = self._tensors[key] = chunk_tensors(config, chunk)
         return tensors
+
+    def stage_census(self, tp: int, ep: int, etp: int, group) -> tuple[int, int, int, int, int, int]:
+        """(dense elements, expert elements, dense tensors, chunks with dense tensors, expert
+        tensors, chunks with expert tensors) of a stage group's stage on one GPU
+        (``chunk_census`` of each chunk; the final norm's two tensors counted, its elements
+        not)."""
+        key = ("stage", tp, ep, etp, group.stage_id)
+        cached = self._layer_counts.get(key)
+        if cached is None:
+            dense = expert = n_dense = k_dense = n_expert = k_expert = 0
+            for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                d, e, nd, ne = self.chunk_census(tp, ep, etp, cid, chunk)
+                if chunk.post_process:
+                    nd += 2                                    # the final norm: weight (and bias)
+                dense, expert = dense + d, expert + e
+                n_dense, k_dense = n_dense + nd, k_dense + (nd > 0)
+                n_expert, k_expert = n_expert + ne, k_expert + (ne > 0)
+            cached = self._layer_counts[key] = (dense, expert, n_dense, k_dense, n_expert, k_expert)
+        return cached
 
     def chunk_census(self, tp: int, ep: int, etp: int, chunk_id: int, chunk) -> tuple[int, int, int, int]:
         """(dense elements, expert elements, dense tensors, expert tensors) of a model chunk on
@@ -482,18 +498,6 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )
-
-
-def undominated(states: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    """The distinct ``states`` that no other one matches or exceeds in every chunk: for
-    weights that are not negative the largest weighted sum of all is the largest of these."""
-    front: list[tuple[int, ...]] = []
-    # A state another exceeds has a smaller sum, and so has any state exceeding that one: by
-    # sum, largest first, each state needs checking against the ones kept only.
-    for state in sorted(set(states), key=sum, reverse=True):
-        if not any(all([a <= b for a, b in zip(state, other)]) for other in front):
-            front.append(state)
-    return tuple(front)
 
 
 def allocated_limit(budget: int, fixed: int, fragmentation: float) -> int:
