@@ -45,6 +45,7 @@ fit costs only the groups up to the first that is over.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
 from typing import Mapping
 
@@ -98,6 +99,7 @@ class LayoutFamily:
                                      (stage.pre_process, stage.post_process, kinds)))
         self.groups: tuple[StageGroup, ...] = tuple(groups)
         self.parts: dict[tuple, StageParts] = {}         # LayoutMemory.parts, shared by the family
+        self.bounds: dict[tuple, list] = {}              # LayoutMemory._bounds, shared by the family
 
 
 class LayoutActivations:
@@ -111,6 +113,8 @@ class LayoutActivations:
         self.search, self.cfg = search, cfg
         self._layers: dict[bool, int] = {}
         self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
+        # recompute id -> (chunk id -> kept bytes, chunk id -> recompute peak), for ``stage``
+        self._by_recompute: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
         self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
         self._unscheduled: dict[tuple, int] = {}
         self._deferred: dict[int, int] = {}
@@ -174,10 +178,15 @@ class LayoutActivations:
         key = (group.stage_id, rid)
         parts = self._stages.get(key)
         if parts is None:
-            cache = self._chunks
-            chunks = [cache.get((cid, rid)) or self.chunk(cid, chunk, rec, rid)
-                      for cid, chunk in zip(group.chunk_ids, group.stage.chunks)]
-            peak = max([c.recompute_peak for c in chunks], default=0)
+            kept_of, peak_of = self._by_recompute.get(rid) or self._by_recompute.setdefault(rid, ({}, {}))
+            try:
+                kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
+            except KeyError:
+                for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                    found = self.chunk(cid, chunk, rec, rid)
+                    kept_of[cid], peak_of[cid] = found
+                kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
+            peak = max(map(peak_of.__getitem__, group.chunk_ids), default=0)
             reads = (group.reads, peak)
             unscheduled = self._unscheduled.get(reads)
             if unscheduled is None:
@@ -185,7 +194,7 @@ class LayoutActivations:
                 unscheduled = self._unscheduled[reads] = stage_model.stage_terms(
                     self.cfg, group.stage, search.overheads, search.env, (stage_model.ChunkActivations(0, peak),),
                     self.shared).unscheduled
-            parts = self._stages[key] = (tuple([c.kept for c in chunks]), unscheduled)
+            parts = self._stages[key] = (kept, unscheduled)
         return parts
 
     def deferred(self, m: int) -> int:
@@ -224,8 +233,7 @@ class LayoutMemory:
     def __init__(self, search: "_Search", layout: LayoutChoice, family: LayoutFamily, derived: Mapping):
         self.search, self.layout, self.family = search, layout, family
         self._derived, self._config = derived, None
-        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
-        self.fixed = stage_model.fixed_device_bytes(self.dims, search.moe, search.overheads)
+        self.dims, self.fixed = search.dims_and_fixed(layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
         self.fragmentation = search.overheads.fragmentation
         self._exceed: dict[bool, bool] = {}
         self._lower: dict[bool, list[int]] = {}             # lower_bounds by optimizer choice
@@ -265,14 +273,20 @@ class LayoutMemory:
         cache = self._upper if which else self._lower
         out = cache.get(do)
         if out is None:
+            # The states read tp, pp, ep, etp and the stage, not cp: the family's layouts of
+            # every cp share the list.
             search, lay = self.search, self.layout
-            out = []
-            for group in self.family.groups:
-                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
-                value = search.bounds_cache.get(key)
-                if value is None:
-                    value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
-                out.append(value)
+            family_key = (lay.tp, lay.ep, lay.etp, do, which)
+            out = self.family.bounds.get(family_key)
+            if out is None:
+                out = []
+                for group in self.family.groups:
+                    key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
+                    value = search.bounds_cache.get(key)
+                    if value is None:
+                        value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
+                    out.append(value)
+                self.family.bounds[family_key] = out
             cache[do] = out
         return out
 
@@ -341,7 +355,7 @@ class LayoutMemory:
         the selective recompute modules, not pp, ep, the split or the optimizer."""
         lay = self.layout
         layered = rec if rec.granularity == "selective" else NO_RECOMPUTE
-        key = (lay.tp, lay.cp, lay.etp, mbs, layered, sp)
+        key = (lay.tp, lay.cp, lay.etp, mbs, self.search.recompute_id(layered), sp)
         acts = self.search.activations_cache.get(key)
         if acts is None:
             base = self.config
@@ -474,6 +488,6 @@ class StageParts:
             # The fullest moment: the first live count with the largest weighted sum, so the
             # activations held then are the largest sum (none: nothing held).
             state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept)
-            live = 0 if state is None else sum([n * k for n, k in zip(state, kept)])
+            live = 0 if state is None else sum(map(operator.mul, state, kept))
         value = self.values[g] = other + live
         return value

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import operator
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
@@ -140,6 +141,7 @@ class _Search:
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
         self._recompute_ids: dict[Recompute, int] = {}
+        self._dims: dict[tuple, tuple[ParallelDims, int]] = {}
         self.recomputed_cache: dict[tuple, float] = {}
 
         self.searched = self.valid = 0
@@ -294,7 +296,7 @@ class _Search:
         is held).  The moment is the same for weights scaled by a positive factor, so this is
         cached on the weights divided by their greatest common divisor."""
         scale = math.gcd(*kept)
-        weights = tuple([k // scale for k in kept]) if scale > 1 else kept
+        weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
         key = (pp, rank, vpp, m, group, combined_1f1b, weights)
         if key in self._fullest:
             return self._fullest[key]
@@ -302,7 +304,7 @@ class _Search:
 
         best, state = 0, None
         for live in live_states(pp, rank, vpp, m, group, combined_1f1b):
-            weight = sum([n * w for n, w in zip(live, weights)])
+            weight = sum(map(operator.mul, live, weights))
             if weight > best:
                 best, state = weight, live
         self._fullest[key] = state
@@ -317,6 +319,16 @@ class _Search:
         if most is None:
             most = self._allocated_limits[key] = allocated_limit(self.budget, fixed, fragmentation)
         return most
+
+    def dims_and_fixed(self, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int | None
+                       ) -> tuple[ParallelDims, int]:
+        """The ParallelDims of these sizes and their ``stage.fixed_device_bytes``."""
+        key = (tp, pp, cp, ep, etp, vpp)
+        found = self._dims.get(key)
+        if found is None:
+            dims = ParallelDims(self.world, tp, pp, cp, ep, etp, vpp)
+            found = self._dims[key] = (dims, stage_model.fixed_device_bytes(dims, self.moe, self.overheads))
+        return found
 
     def recompute_id(self, rec: Recompute) -> int:
         """A small int for a recompute choice, the same for equal choices (the caches' keys)."""
