@@ -56,9 +56,10 @@ class LayoutCost:
         self._fixed: tuple | None = None
 
     def recomputed_fraction(self, rec: Recompute) -> float:
-        """Forward flops of the layers full recompute re-runs / forward flops of all decoder layers."""
-        key = (self.layout.pp, self.layout.pipeline, rec)
-        cached = self.search.recomputed_cache.get(key)
+        """Forward flops of the layers full recompute re-runs / forward flops of all decoder
+        layers: they depend on the split (the family) and the recompute choice only."""
+        key = self.search.recompute_id(rec)
+        cached = self.family.recomputed.get(key)
         if cached is None:
             model = self.search.proxy_model
             pattern = self.search.layer_pattern()
@@ -69,7 +70,7 @@ class LayoutCost:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
                     again += sum(moe_f if pattern[i] else dense_f for i in layers)
-            cached = self.search.recomputed_cache[key] = again / total
+            cached = self.family.recomputed[key] = again / total
         return cached
 
     def proxy(self, mbs: int, m: int, rec: Recompute, sp: bool, do: bool) -> ProxyBreakdown:

@@ -100,6 +100,7 @@ class LayoutFamily:
         self.groups: tuple[StageGroup, ...] = tuple(groups)
         self.parts: dict[tuple, StageParts] = {}         # LayoutMemory.parts, shared by the family
         self.bounds: dict[tuple, list] = {}              # LayoutMemory._bounds, shared by the family
+        self.recomputed: dict[int, float] = {}           # LayoutCost.recomputed_fraction by recompute id
 
 
 class LayoutActivations:
@@ -257,8 +258,8 @@ class LayoutMemory:
         """Whether the lower bound of the model states alone puts a stage over the budget."""
         exceed = self._exceed.get(do)
         if exceed is None:
-            worst = max(self.lower_bounds(do))
-            exceed = self._exceed[do] = stage_model.device_bytes(worst, self.fixed, self.fragmentation) > self.search.budget
+            most = self.search.allocated_limit(self.fixed, self.fragmentation)
+            exceed = self._exceed[do] = max(self._lower.get(do) or self.lower_bounds(do)) > most
         return exceed
 
     def lower_bounds(self, do: bool) -> list[int]:
@@ -280,17 +281,19 @@ class LayoutMemory:
             out = self.family.bounds.get(family_key)
             if out is None:
                 out = []
+                cache, rates = search.bounds_cache, None
                 for group in self.family.groups:
                     key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
-                    value = search.bounds_cache.get(key)
+                    value = cache.get(key)
                     if value is None:
-                        value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
+                        rates = rates or search.state_rates(self.dims, do)
+                        value = cache[key] = self._states_bound(do, group, bool(which), rates)
                     out.append(value)
                 self.family.bounds[family_key] = out
             cache[do] = out
         return out
 
-    def _states_bound(self, do: bool, group: StageGroup, upper: bool) -> int | None:
+    def _states_bound(self, do: bool, group: StageGroup, upper: bool, rates: StateRates | None = None) -> int | None:
         """A bound of the stage's model states (weights, gradients, optimizer states).
 
         model/states.py ``model_states`` is linear in the elements of each tensor kind, up to
@@ -305,7 +308,7 @@ class LayoutMemory:
         ref = search.reference
         if upper and ref.optimizer.use_megatron_fsdp:
             return None
-        rates = search.state_rates(dims, do)
+        rates = rates or search.state_rates(dims, do)
         dense, expert, dense_tensors, dense_chunks, expert_tensors, expert_chunks = search.stage_census(
             lay.tp, lay.ep, lay.etp, group)
         truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term

@@ -36,7 +36,8 @@ from megatron_estimator.planner.space import (
     PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
-    BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
+    BATCH, EXPERT, RECOMPUTE, SP, RuleMemo, accepted_pairs, derive_batches, family_verdicts, layout_rules,
+    validate_model)
 from megatron_estimator.results.plan import (
     Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchProgress, SearchSpace)
 
@@ -141,8 +142,8 @@ class _Search:
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
         self._recompute_ids: dict[Recompute, int] = {}
+        self.rule_memo = RuleMemo()
         self._dims: dict[tuple, tuple[ParallelDims, int]] = {}
-        self.recomputed_cache: dict[tuple, float] = {}
 
         self.searched = self.valid = 0
         self.rejections: dict[str, int] = {}
@@ -204,7 +205,7 @@ class _Search:
             recomputes = self.recompute_choices(family)
             sps = self.sequence_parallel_choices(tp)
             verdicts = family_verdicts(self.rules, self.raw, self.env, self.run_context, namespaces, experts, recomputes, sps,
-                                       self.ignored_codes)
+                                       self.ignored_codes, self.rule_memo)
             if verdicts.failed is not None:
                 self._reject(verdicts.failed, math.prod(verdicts.sizes))
                 continue
