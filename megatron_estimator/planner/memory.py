@@ -138,16 +138,20 @@ class LayoutActivations:
               ) -> stage_model.ChunkActivations:
         """model/stage.py ``chunk_activation_bytes``, from the chunk's recompute groups counted
         by layer kind (its cached form: the brute-force tests hold it equal)."""
-        key = (chunk_id, self.search.recompute_id(rec) if rid is None else rid)
+        if rid is None:
+            rid = self.search.recompute_id(rec)
+        key = (chunk_id, rid)
         value = self._chunks.get(key)
         if value is None:
-            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
-            dense, moe = self.kind_bytes()
+            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk, rid)
+            dense, moe = self._kinds or self.kind_bytes()
             kept = whole[0] * dense + whole[1] * moe + groups[0] * self.layer_input
-            # --cpu-offloading-num-layers: the chunk's first layers live on the host (validation
-            # excludes recompute with it, so they are all whole layers).
-            kept -= sum(self.layer(i) for i in chunk.layers[:self.cfg.training.cpu_offloading_num_layers])
-            recompute_peak = max((d * dense + m * moe for d, m in groups[1]), default=0)
+            offloaded = self.cfg.training.cpu_offloading_num_layers
+            if offloaded:
+                # --cpu-offloading-num-layers: the chunk's first layers live on the host
+                # (validation excludes recompute with it, so they are all whole layers).
+                kept -= sum(self.layer(i) for i in chunk.layers[:offloaded])
+            recompute_peak = max([d * dense + m * moe for d, m in groups[1]]) if groups[1] else 0
             if chunk.pre_process:
                 kept += self.embedding
             if chunk.post_process:
@@ -184,8 +188,8 @@ class LayoutActivations:
                 kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
             except KeyError:
                 for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
-                    found = self.chunk(cid, chunk, rec, rid)
-                    kept_of[cid], peak_of[cid] = found
+                    if cid not in kept_of:
+                        kept_of[cid], peak_of[cid] = self.chunk(cid, chunk, rec, rid)
                 kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
             peak = max(map(peak_of.__getitem__, group.chunk_ids), default=0)
             reads = (group.reads, peak)

@@ -136,7 +136,7 @@ class _Search:
         self.states_cache: dict[tuple, stage_model.StageStates] = {}
         self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
-        self._fullest: dict[tuple, tuple[int, ...] | None] = {}
+        self._fullest: dict[tuple, dict[tuple[int, ...], tuple[int, ...] | None]] = {}
         self._allocated_limits: dict[tuple, int] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
@@ -270,11 +270,12 @@ class _Search:
             family = self._families[key] = LayoutFamily(self, pipeline_stages(config), derived)
         return family
 
-    def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk) -> tuple[tuple[int, int], tuple[int, tuple]]:
+    def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk, rid: int | None = None
+                           ) -> tuple[tuple[int, int], tuple[int, tuple]]:
         """model/stage.py ``recompute_groups`` of a chunk under this recompute choice, counted
         by layer kind: ((dense, MoE) layers kept whole, (number of groups, distinct (dense, MoE)
-        group counts))."""
-        key = (rec, chunk_id)
+        group counts)).  ``rid``: ``recompute_id`` of ``rec``."""
+        key = (self.recompute_id(rec) if rid is None else rid, chunk_id)
         value = self._groupings.get(key)
         if value is None:
             cfg = replace(cfg, training=replace(cfg.training, recompute_granularity=rec.granularity,
@@ -298,9 +299,13 @@ class _Search:
         cached on the weights divided by their greatest common divisor."""
         scale = math.gcd(*kept)
         weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
-        key = (pp, rank, vpp, m, group, combined_1f1b, weights)
-        if key in self._fullest:
-            return self._fullest[key]
+        schedule = (pp, rank, vpp, m, group, combined_1f1b)
+        by_weights = self._fullest.get(schedule)
+        if by_weights is None:
+            by_weights = self._fullest[schedule] = {}
+        state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
+        if state is not by_weights:
+            return state
         from megatron_estimator.model.layout import live_states
 
         best, state = 0, None
@@ -308,7 +313,7 @@ class _Search:
             weight = sum(map(operator.mul, live, weights))
             if weight > best:
                 best, state = weight, live
-        self._fullest[key] = state
+        by_weights[weights] = state
         return state
 
     def allocated_limit(self, fixed: int, fragmentation: float) -> int:
