@@ -391,42 +391,6 @@ def test_the_lowest_rank_holds_the_most():
                 assert held == sorted(held, reverse=True)
 
 
-@pytest.mark.parametrize("text, world, space", [
-    (TINY_MOE + " --moe-layer-freq [0,1,1,1,1]", 8, SMALL_SPACE), (SIX_LAYER_GPT, 8, INTERLEAVED_SPACE),
-    (LLAMA3_8B + " --recompute-modules core_attn mlp", 8, None)], ids=["moe", "gpt", "llama3-8b"])
-def test_rule_verdicts_remembered_across_families_are_the_rules_own(text, world, space):
-    """validity.RuleMemo reuses a rule's verdict for a namespace with the same values of the
-    keys the rule read: every family's verdict tables are those the rules give run afresh."""
-    inp, _ = api.plan_input(flags(text), environ={})
-    run = planner_search._Search(inp, world, 32, GiB, "", Overheads(), {}, space or plan_records.SearchSpace(),
-                                 plan_records.ProxyAssumptions())
-    memo, hits = planner_validity.RuleMemo(), 0
-    lookup = memo.lookup
-
-    def counted(rule, view):
-        nonlocal hits
-        found = lookup(rule, view)
-        hits += found is not None
-        return found
-
-    memo.lookup = counted
-    families = 0
-    for tp, cp, pp, pipeline in run.families():
-        ns = dict(run.namespace)
-        ns.update(planner_space.family_settings(tp, cp, pp, pipeline))
-        _, namespaces = planner_validity.derive_batches(ns, run.batch_choices(), world, {"world_size_source": "plan"})
-        family = run.family(pp, pipeline, tp, namespaces[0])
-        args = (run.rules, run.raw, run.env, run.run_context, namespaces, run.expert_choices(tp),
-                run.recompute_choices(family), run.sequence_parallel_choices(tp), run.ignored_codes)
-        fresh = planner_validity.family_verdicts(*args)
-        remembered = planner_validity.family_verdicts(*args, memo)
-        assert remembered.failed == fresh.failed and remembered.sizes == fresh.sizes
-        assert [[(tuple(d), t) for d, t in level] for level in remembered.levels] == \
-            [[(tuple(d), t) for d, t in level] for level in fresh.levels]
-        families += 1
-    assert families >= 20 and hits > 100
-
-
 def test_overlays_are_what_derivation_gives():
     """The planner derives once per batch choice and lays the expert, recompute and sequence
     parallel choices over it: that must equal deriving each layout from scratch."""

@@ -36,8 +36,7 @@ from megatron_estimator.planner.space import (
     PLANNED_DESTS, LayoutChoice, batch_choices, expert_choices, family_settings, layout_families,
     recompute_choices, sequence_parallel_choices, user_pipeline_choice)
 from megatron_estimator.planner.validity import (
-    BATCH, EXPERT, RECOMPUTE, SP, RuleMemo, accepted_pairs, derive_batches, family_verdicts, layout_rules,
-    validate_model)
+    BATCH, EXPERT, RECOMPUTE, SP, accepted_pairs, derive_batches, family_verdicts, layout_rules, validate_model)
 from megatron_estimator.results.plan import (
     Plan, PipelineChoice, ProxyAssumptions, Recompute, SearchProgress, SearchSpace)
 
@@ -142,7 +141,6 @@ class _Search:
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
         self._recompute_ids: dict[Recompute, int] = {}
-        self.rule_memo = RuleMemo()
         self._dims: dict[tuple, tuple[ParallelDims, int]] = {}
 
         self.searched = self.valid = 0
@@ -205,7 +203,7 @@ class _Search:
             recomputes = self.recompute_choices(family)
             sps = self.sequence_parallel_choices(tp)
             verdicts = family_verdicts(self.rules, self.raw, self.env, self.run_context, namespaces, experts, recomputes, sps,
-                                       self.ignored_codes, self.rule_memo)
+                                       self.ignored_codes)
             if verdicts.failed is not None:
                 self._reject(verdicts.failed, math.prod(verdicts.sizes))
                 continue
@@ -492,18 +490,19 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         run.progress = _Progress(progress, clock, started)
     # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
     # built, none of them in a reference cycle: the cyclic collector would only walk them again
-    # and again (a sixth of the run), and reference counting frees everything else.
+    # and again (a sixth of the run), and reference counting frees everything else
+    # (and so would it while the best are ranked and verified, the caches still alive).
     collecting = gc.isenabled()
     gc.disable()
     try:
         run.run()
+        if run.valid == 0:
+            raise NoValidLayout(_no_valid_layout(run), run.searched)
+        chosen = _best(run.found, top)
+        candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     finally:
         if collecting:
             gc.enable()
-    if run.valid == 0:
-        raise NoValidLayout(_no_valid_layout(run), run.searched)
-    chosen = _best(run.found, top)
-    candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
     if run.base_problems:
         notes.append("with Megatron's default layout the input fails validation: "

@@ -8,8 +8,7 @@ count only where the environment is the job's, as in ``resolve_config``).  The r
 once per layout family (tp, cp, pp, split) and again only for the inner choices they read:
 ``RuleReads`` records which varied keys a rule looked at, and its verdict is reused for
 every choice that agrees on them (the rules are pure functions of the namespace: the same
-keys with the same values take the same path); for the same reason ``RuleMemo`` reuses a
-rule's verdict across the families of a search.  Nothing here decides validity itself: every
+keys with the same values take the same path).  Nothing here decides validity itself: every
 verdict is a rule's, and every reported candidate is re-validated on the normal path
 (``planner.candidates``).
 """
@@ -140,22 +139,18 @@ def recompute_overlay(rec: Recompute, sp: bool, derived: Mapping) -> dict[str, A
 
 class RuleReads(Mapping):
     """The namespace a rule sees, ``over`` laid on ``base``, recording which inner choice
-    dimensions the rule read and, while ``keys`` is a list, which keys (``keys`` becomes None
-    when the rule walks the whole namespace)."""
-    __slots__ = ("_base", "_over", "dims", "keys")
+    dimensions the rule read."""
+    __slots__ = ("_base", "_over", "dims")
 
     def __init__(self, base: Mapping, over: Mapping):
         self._base = base
         self._over = over
         self.dims: set[int] = set()
-        self.keys: list[str] | None = None
 
     def get(self, key, default=None):
         dim = _KEY_DIM.get(key)
         if dim is not None:
             self.dims.add(dim)
-        if self.keys is not None:
-            self.keys.append(key)
         if key in self._over:
             return self._over[key]
         return self._base.get(key, default)
@@ -164,8 +159,6 @@ class RuleReads(Mapping):
         dim = _KEY_DIM.get(key)
         if dim is not None:
             self.dims.add(dim)
-        if self.keys is not None:
-            self.keys.append(key)
         if key in self._over:
             return self._over[key]
         return self._base[key]
@@ -174,74 +167,15 @@ class RuleReads(Mapping):
         dim = _KEY_DIM.get(key)
         if dim is not None:
             self.dims.add(dim)
-        if self.keys is not None:
-            self.keys.append(key)
         return key in self._over or key in self._base
 
     def __iter__(self):
         self.dims.update(ALL_DIMS)
-        self.keys = None
         return iter(self._base.keys() | self._over.keys())
 
     def __len__(self) -> int:
         self.dims.update(ALL_DIMS)
-        self.keys = None
         return len(self._base.keys() | self._over.keys())
-
-    def values_of(self, keys: tuple[str, ...]) -> tuple:
-        """The values of ``keys`` (``_MISSING`` where absent, a list as a tuple) and their
-        types, recording nothing."""
-        over, base = self._over, self._base
-        values = [over[k] if k in over else base.get(k, _MISSING) for k in keys]
-        types = tuple(map(type, values))
-        if list in types:                       # a list stands for itself as a tuple (typed list)
-            values = [tuple(v) if type(v) is list else v for v in values]
-        return tuple(values), types
-
-
-_MISSING = object()
-
-
-class RuleMemo:
-    """The verdicts of the rules over all the layout families of a search, by the values of
-    the keys each rule read: a rule is a pure function of the namespace (and of the input,
-    the environment and the run, the same for every layout), so on a namespace with the same
-    values (of the same types) for those keys it reads the same keys in the same order and
-    gives the same verdict.  Per rule, the sets of keys it was seen to read (at most
-    ``MAX_READ_SETS``), each with a table: values -> (problem code, dimensions read)."""
-    MAX_READ_SETS = 4
-
-    def __init__(self):
-        self._rules: dict[Any, list[tuple[tuple[str, ...], dict]]] = {}
-
-    def lookup(self, rule, view: RuleReads) -> tuple[str | None, frozenset] | None:
-        for keys, table in self._rules.get(rule, ()):
-            try:
-                found = table.get(view.values_of(keys))
-            except TypeError:                   # a value that cannot be a key (a list)
-                return None
-            if found is not None:
-                return found
-        return None
-
-    def store(self, rule, view: RuleReads, code: str | None) -> tuple[str | None, frozenset]:
-        found = (code, frozenset(view.dims))
-        if view.keys is None:
-            return found
-        keys = tuple(dict.fromkeys(view.keys))
-        entries = self._rules.setdefault(rule, [])
-        try:
-            values = view.values_of(keys)
-            hash(values)
-        except TypeError:
-            return found
-        for known, table in entries:
-            if known == keys:
-                table[values] = found
-                return found
-        if len(entries) < self.MAX_READ_SETS:
-            entries.append((keys, {values: found}))
-        return found
 
 
 class RuleVerdicts:
@@ -253,11 +187,9 @@ class RuleVerdicts:
     """
 
     def __init__(self, rules, raw: RawArgs, env: Mapping[str, str], run: RunContext, sizes: tuple[int, ...],
-                 view: Callable[[tuple[int, ...]], RuleReads], ignored: frozenset = frozenset(),
-                 memo: RuleMemo | None = None):
+                 view: Callable[[tuple[int, ...]], RuleReads], ignored: frozenset = frozenset()):
         self.sizes, self._view, self._raw, self._env, self._ignored = sizes, view, raw, env, ignored
         self._run_context = run
-        self._memo = memo
         self.failed: str | None = None           # a problem code every choice fails with
         self.levels: list[list[tuple[tuple[int, ...], dict]]] = [[] for _ in sizes]
         for rule in rules:
@@ -270,22 +202,12 @@ class RuleVerdicts:
             if any(code is not None for code in table.values()):
                 self.levels[max(dims)].append((dims, table))
 
-    def _run(self, rule, choice: tuple[int, ...]) -> tuple[str | None, set[int] | frozenset[int]]:
+    def _run(self, rule, choice: tuple[int, ...]) -> tuple[str | None, set[int]]:
         view = self._view(choice)
-        memo = self._memo
-        if memo is None:
-            return self._verdict(rule, view), view.dims
-        found = memo.lookup(rule, view)
-        if found is not None:
-            return found
-        view.keys = []
-        return memo.store(rule, view, self._verdict(rule, view))
-
-    def _verdict(self, rule, view: RuleReads) -> str | None:
         for problem in rule(view, self._raw, self._env, self._run_context):
             if problem.code not in self._ignored:
-                return problem.code
-        return None
+                return problem.code, view.dims
+        return None, view.dims
 
     def _table(self, rule) -> tuple[tuple[int, ...], dict]:
         code, read = self._run(rule, (0,) * len(self.sizes))
@@ -317,7 +239,7 @@ class RuleVerdicts:
 
 def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], run: RunContext, namespaces: list[dict],
                     experts: list[tuple[int, int]], recomputes: list[Recompute], sps: tuple[bool, ...],
-                    ignored: frozenset = frozenset(), memo: RuleMemo | None = None) -> RuleVerdicts:
+                    ignored: frozenset = frozenset()) -> RuleVerdicts:
     """The rules' verdicts over a layout family's inner choices: the expert sizes, the batch
     choices (``namespaces``, one derived namespace each), recompute and sequence parallel."""
     first = namespaces[0]
@@ -329,4 +251,4 @@ def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], run: RunContext
         return RuleReads(namespaces[b], {**expert_over[e], **rec_over[r][s]})
 
     sizes = (len(experts), len(namespaces), len(recomputes), len(sps))
-    return RuleVerdicts(rules, raw, env, run, sizes, view, ignored, memo)
+    return RuleVerdicts(rules, raw, env, run, sizes, view, ignored)
