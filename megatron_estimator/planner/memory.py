@@ -418,9 +418,23 @@ class LayoutMemory:
         lower, low_room, high_room = self._limits.get(do) or self.limits(do)
         fixed, fragmentation = self.fixed, self.fragmentation
         fits = []
+        bounded = None not in high_room
         for r, rec, sp in choices:
             row = rows.get((tp, cp, etp, mbs, r, sp)) or self.parts(mbs, m, r, rec, sp)
             values = row.values
+            if row.complete:
+                # Every group's bytes known: the same checks, each over all groups at once.
+                if any(map(operator.gt, values, low_room)):
+                    continue
+                if bounded and not any(map(operator.gt, values, high_room)):
+                    worst = max(map(operator.add, lower, values))
+                    device = worst + fixed + int(worst * fragmentation)     # stage.device_bytes, inline
+                    fits.append((r, rec, sp, device if device > 0 else 0))
+                    continue
+                peak = self._exact(do, values)[0]
+                if peak <= self.search.budget:
+                    fits.append((r, rec, sp, peak))
+                continue
             worst = None
             for g, room in enumerate(low_room):
                 part = values[g]
@@ -465,13 +479,15 @@ class StageParts:
     activations alive at the schedule's fullest moment, transients, workspaces, batch and
     buffers (model/stage.py ``estimate_stage``), computed one group at a time on demand
     (``values``: None until computed)."""
-    __slots__ = ("memory", "acts", "m", "rec", "rid", "values")
+    __slots__ = ("memory", "acts", "m", "rec", "rid", "values", "complete", "_missing")
 
     def __init__(self, memory: LayoutMemory, mbs: int, m: int, rec: Recompute, sp: bool):
         self.memory, self.m, self.rec = memory, m, rec
         self.rid = memory.search.recompute_id(rec)
         self.acts = memory.activations(mbs, rec, sp)
         self.values: list[int | None] = [None] * len(memory.family.groups)
+        self.complete = False                       # every value computed
+        self._missing = len(self.values)
 
     def all(self) -> list[int]:
         for g, value in enumerate(self.values):
@@ -497,4 +513,6 @@ class StageParts:
             state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept)
             live = 0 if state is None else sum(map(operator.mul, state, kept))
         value = self.values[g] = other + live
+        self._missing -= 1
+        self.complete = not self._missing
         return value

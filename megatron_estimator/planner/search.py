@@ -242,7 +242,8 @@ class _Search:
                         self._reject(code, count)
                     searched += len(ok)
                     valid += len(ok)
-                    if memory.states_exceed(do):
+                    exceed = memory._exceed.get(do)
+                    if exceed or (exceed is None and memory.states_exceed(do)):
                         continue
                     for r, rec, sp, device in memory.assess_all(do, mbs, m, ok):
                         found.append((step(m, r, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
