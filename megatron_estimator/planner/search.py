@@ -211,7 +211,9 @@ class _Search:
             inner = verdicts.levels[RECOMPUTE] + verdicts.levels[SP]
             # The (recompute, sp) pairs the rules accept depend on the expert / batch choice only
             # through the dimensions the inner tables read.
-            outer_dims = sorted({d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)})
+            outer_dims = {d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)}
+            by_expert, by_batch = EXPERT in outer_dims, BATCH in outer_dims
+            batch_rules = bool(verdicts.levels[BATCH])
             accepted: dict[tuple, tuple[list, dict]] = {}
             choice = [0, 0, 0, 0]
             found, searched, valid = self.found, 0, 0
@@ -229,17 +231,19 @@ class _Search:
                 step = cost.step
                 for b, (chosen, mbs, do, m) in enumerate(batches):
                     choice[1] = b
-                    code = verdicts.check(BATCH, choice)
-                    if code is not None:
-                        self._reject(code, per_batch)
-                        continue
-                    key = tuple(choice[d] for d in outer_dims)
+                    if batch_rules:
+                        code = verdicts.check(BATCH, choice)
+                        if code is not None:
+                            self._reject(code, per_batch)
+                            continue
+                    key = (by_expert and e, by_batch and b)
                     pairs = accepted.get(key)
                     if pairs is None:
                         pairs = accepted[key] = accepted_pairs(verdicts, choice, recomputes, sps)
                     ok, rejected = pairs
-                    for code, count in rejected.items():
-                        self._reject(code, count)
+                    if rejected:
+                        for code, count in rejected.items():
+                            self._reject(code, count)
                     searched += len(ok)
                     valid += len(ok)
                     exceed = memory._exceed.get(do)
