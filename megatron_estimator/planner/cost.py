@@ -84,12 +84,21 @@ class LayoutCost:
     def step(self, m: int, r: int, rec: Recompute, sp: bool, do: bool) -> float:
         """The proxy's relative step time alone (for ranking every layout that fits); ``r``
         is ``rec``'s index among the family's recompute choices."""
-        key = (r, sp, do)
-        head = self._steps.get(key)
-        if head is None:
-            rr, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
-            head = self._steps[key] = (1 + rr + tp_c + cp_c + ep_c, dp_c)
-        return head[0] * (1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)) + head[1]
+        return self.steps(m, do, ((r, rec, sp),))[0]
+
+    def steps(self, m: int, do: bool, choices) -> list[float]:
+        """``step`` of each (r, recompute, sequence parallel, ...) of ``choices`` with M
+        microbatches and this optimizer choice."""
+        bubble = 1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)
+        cache = self._steps
+        out = []
+        for r, rec, sp, *_ in choices:
+            head = cache.get((r, sp, do))
+            if head is None:
+                rr, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
+                head = cache[(r, sp, do)] = (1 + rr + tp_c + cp_c + ep_c, dp_c)
+            out.append(head[0] * bubble + head[1])
+        return out
 
     def _layout_terms(self) -> tuple:
         """What the layout fixes of ``_proxy_terms``: (the tp bytes and the cp bytes before

@@ -228,7 +228,6 @@ class _Search:
                 layout = LayoutChoice(tp, cp, pp, ep, etp, pipeline)
                 memory = LayoutMemory(self, layout, family, first)
                 cost = LayoutCost(self, layout, family, memory.dims)
-                step = cost.step
                 for b, (chosen, mbs, do, m) in enumerate(batches):
                     choice[1] = b
                     if batch_rules:
@@ -249,8 +248,10 @@ class _Search:
                     exceed = memory._exceed.get(do)
                     if exceed or (exceed is None and memory.states_exceed(do)):
                         continue
-                    for r, rec, sp, device in memory.assess_all(do, mbs, m, ok):
-                        found.append((step(m, r, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
+                    fits = memory.assess_all(do, mbs, m, ok)
+                    if fits:
+                        for (r, rec, sp, device), step in zip(fits, cost.steps(m, do, fits)):
+                            found.append((step, device, memory, cost, mbs, m, do, rec, sp, chosen))
             self.searched += searched
             self.valid += valid
 
