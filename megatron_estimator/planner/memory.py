@@ -71,7 +71,7 @@ class StageGroup:
     stage: StageLayout              # the group's lowest rank
     rank: int                       # its pipeline rank
     runs_loss: bool                 # the stage computes the loss (its post_process)
-    reads: tuple                    # what stage_terms reads of the stage: first, last, its layers' kinds
+    reads: int                      # what stage_terms reads of the stage (first, last, its layers' kinds), interned
 
 
 class LayoutFamily:
@@ -96,11 +96,12 @@ class LayoutFamily:
             seen.add(stage_id)
             kinds = tuple(sorted({pattern[i] for i in stage.layers}))
             groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process,
-                                     (stage.pre_process, stage.post_process, kinds)))
+                                     search.intern(("reads", stage.pre_process, stage.post_process, kinds))))
         self.groups: tuple[StageGroup, ...] = tuple(groups)
         self.parts: dict[tuple, StageParts] = {}         # LayoutMemory.parts, shared by the family
         self.bounds: dict[tuple, list] = {}              # LayoutMemory._bounds, shared by the family
         self.recomputed: dict[int, float] = {}           # LayoutCost.recomputed_fraction by recompute id
+        self.fullest: dict[tuple[int, int], dict] = {}   # (group, M) -> _Search.fullest_table
 
 
 class LayoutActivations:
@@ -510,7 +511,11 @@ class StageParts:
         else:
             # The fullest moment: the first live count with the largest weighted sum, so the
             # activations held then are the largest sum (none: nothing held).
-            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept)
+            table = family.fullest.get((g, m))
+            if table is None:
+                table = family.fullest[(g, m)] = memory.search.fullest_table(
+                    pp, rank, vpp, m, family.group_size, family.combined_1f1b)
+            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
             live = 0 if state is None else sum(map(operator.mul, state, kept))
         value = self.values[g] = other + live
         self._missing -= 1

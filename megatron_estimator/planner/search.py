@@ -294,19 +294,25 @@ class _Search:
             value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
         return value
 
+    def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
+        """``fullest_state``'s cache for this schedule: weights -> the state."""
+        schedule = (pp, rank, vpp, m, group, combined_1f1b)
+        table = self._fullest.get(schedule)
+        if table is None:
+            table = self._fullest[schedule] = {}
+        return table
+
     def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
-                      kept: tuple[int, ...]) -> tuple[int, ...] | None:
+                      kept: tuple[int, ...], table: dict | None = None) -> tuple[int, ...] | None:
         """Microbatches alive per chunk at the interleaved schedule's fullest moment for chunk
         weights ``kept``, as ``microbatches_in_flight`` finds it: the first of model/layout.py
         ``live_states`` with the largest weighted sum (None when no sum is above zero: nothing
         is held).  The moment is the same for weights scaled by a positive factor, so this is
-        cached on the weights divided by their greatest common divisor."""
+        cached on the weights divided by their greatest common divisor (``table``: the
+        schedule's ``fullest_table``, when at hand)."""
         scale = math.gcd(*kept)
         weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
-        schedule = (pp, rank, vpp, m, group, combined_1f1b)
-        by_weights = self._fullest.get(schedule)
-        if by_weights is None:
-            by_weights = self._fullest[schedule] = {}
+        by_weights = self.fullest_table(pp, rank, vpp, m, group, combined_1f1b) if table is None else table
         state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
         if state is not by_weights:
             return state
