@@ -368,7 +368,8 @@ def test_the_fullest_moment_is_the_heaviest_live_count():
                             every = live_states(pp, rank, vpp, m, group, combined)
                             base = tuple(rng.randint(0, 50) for _ in range(vpp))
                             for weights in (base, tuple(3 * w for w in base), (7,) * vpp, (0,) * vpp,
-                                            tuple(rng.choice((0, 1, 10**9)) for _ in range(vpp))):
+                                            tuple(rng.choice((0, 1, 10**9)) for _ in range(vpp)),
+                                            tuple(rng.randint(-5, 5) for _ in range(vpp))):
                                 counts = microbatches_in_flight(pp, rank, vpp, m, group, weights, combined)
                                 held = sum(n * w for n, w in zip(counts.chunk_microbatches, weights))
                                 assert held == max(0, max(sum(n * w for n, w in zip(s, weights)) for s in every))

@@ -295,7 +295,8 @@ class _Search:
         return value
 
     def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
-        """``fullest_state``'s cache for this schedule: weights -> the state."""
+        """``fullest_state``'s cache for this schedule: weights -> the state (and None -> the
+        live states by count)."""
         schedule = (pp, rank, vpp, m, group, combined_1f1b)
         table = self._fullest.get(schedule)
         if table is None:
@@ -316,13 +317,23 @@ class _Search:
         state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
         if state is not by_weights:
             return state
-        from megatron_estimator.model.layout import live_states
+        ranked = by_weights.get(None)
+        if ranked is None:
+            from megatron_estimator.model.layout import live_states
 
-        best, state = 0, None
-        for live in live_states(pp, rank, vpp, m, group, combined_1f1b):
+            # (count, position, state), most microbatches first: a state's weighted sum is at
+            # most its count times the largest weight (the counts are not negative).
+            ranked = by_weights[None] = sorted(
+                ((sum(live), i, live) for i, live in enumerate(live_states(pp, rank, vpp, m, group, combined_1f1b))),
+                key=lambda entry: (-entry[0], entry[1]))
+        top = max(weights, default=0)
+        best, first, state = 0, -1, None
+        for count, i, live in ranked:
+            if count * top < best:
+                break                                   # no later state reaches the best
             weight = sum(map(operator.mul, live, weights))
-            if weight > best:
-                best, state = weight, live
+            if weight > best or (weight == best and weight > 0 and i < first):
+                best, first, state = weight, i, live
         by_weights[weights] = state
         return state
 
