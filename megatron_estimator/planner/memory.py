@@ -276,30 +276,34 @@ class LayoutMemory:
         return self._upper.get(do) or self._bounds(do, 1)
 
     def _bounds(self, do: bool, which: int) -> list:
-        cache = self._upper if which else self._lower
-        out = cache.get(do)
+        mine = self._upper if which else self._lower
+        out = mine.get(do)
         if out is None:
             # The states read tp, pp, ep, etp and the stage, not cp: the family's layouts of
-            # every cp share the list.
+            # every cp share the lists.
             search, lay = self.search, self.layout
-            family_key = (lay.tp, lay.ep, lay.etp, do, which)
-            out = self.family.bounds.get(family_key)
-            if out is None:
-                out = []
+            family_key = (lay.tp, lay.ep, lay.etp, do)
+            both = self.family.bounds.get(family_key)
+            if both is None:
+                lower, upper = [], []
                 cache, rates = search.bounds_cache, None
                 for group in self.family.groups:
-                    key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
+                    key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id)
                     value = cache.get(key)
                     if value is None:
                         rates = rates or search.state_rates(self.dims, do)
-                        value = cache[key] = self._states_bound(do, group, bool(which), rates)
-                    out.append(value)
-                self.family.bounds[family_key] = out
-            cache[do] = out
+                        value = cache[key] = self._states_bounds(do, group, rates)
+                    lower.append(value[0])
+                    upper.append(value[1])
+                both = self.family.bounds[family_key] = (lower, upper)
+            self._lower[do], self._upper[do] = both
+            out = both[which]
         return out
 
-    def _states_bound(self, do: bool, group: StageGroup, upper: bool, rates: StateRates | None = None) -> int | None:
-        """A bound of the stage's model states (weights, gradients, optimizer states).
+    def _states_bounds(self, do: bool, group: StageGroup, rates: StateRates | None = None
+                       ) -> tuple[int, int | None]:
+        """A lower and an upper bound of the stage's model states (weights, gradients,
+        optimizer states; None: not bounded above).
 
         model/states.py ``model_states`` is linear in the elements of each tensor kind, up to
         buffer padding and integer truncation: a stage's states lie between its elements times
@@ -311,23 +315,22 @@ class LayoutMemory:
         lay, dims = self.layout, self.dims
         stage = group.stage
         ref = search.reference
-        if upper and ref.optimizer.use_megatron_fsdp:
-            return None
         rates = rates or search.state_rates(dims, do)
         dense, expert, dense_tensors, dense_chunks, expert_tensors, expert_chunks = search.stage_census(
             lay.tp, lay.ep, lay.etp, group)
         truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term
-        if not upper:
-            return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        lower = int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        if ref.optimizer.use_megatron_fsdp:
+            return lower, None
         # Per chunk with n tensors of a kind: n x 64 + (n + 3) x lcm(shard, 128), summed.
         dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
         padding = (dense_tensors * 64 + (dense_tensors + 3 * dense_chunks) * dense_divisor
                    + expert_tensors * 64 + (expert_tensors + 3 * expert_chunks) * expert_divisor)
         dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
         bound = dense * rates.dense_high + expert * rates.expert_high + truncation
-        if do or ref.optimizer.use_megatron_fsdp:
+        if do:
             bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
-        return int(bound) + 1
+        return lower, int(bound) + 1
 
     def states(self, do: bool) -> list[stage_model.StageStates]:
         """model/stage.py ``stage_states`` of each stage group."""
@@ -353,7 +356,7 @@ class LayoutMemory:
                         raise RuntimeError(
                             f"planner: the model states of stage {group.rank} ({total} bytes) fall outside the "
                             f"planner's bounds [{lower}, {upper}]: model/states.py changed; update "
-                            "LayoutMemory._states_bound")
+                            "LayoutMemory._states_bounds")
                 out.append(value)
             self._states[do] = out
         return out
