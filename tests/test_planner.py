@@ -44,6 +44,10 @@ TINY_MOE = (
 )
 SMALL_SPACE = plan_records.SearchSpace(micro_batch_sizes=(1, 2), max_virtual_stages=2,
                                        block_recompute_fractions=(0.5,), max_context_parallel=2)
+# Six layers on 8 GPUs: pipelines of 2 and 4 ranks, interleaved with 2 and 3 virtual stages.
+SIX_LAYER_GPT = TINY_GPT.replace("--num-layers 4", "--num-layers 6")
+INTERLEAVED_SPACE = plan_records.SearchSpace(micro_batch_sizes=(1, 2), max_virtual_stages=3,
+                                             block_recompute_fractions=(0.5,), max_context_parallel=2)
 
 
 def _key(settings) -> tuple:
@@ -87,7 +91,9 @@ def brute_force(text: str, world: int, gbs: int, budget: int, space=None):
     (TINY_MOE + " --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type alltoall "
                 "--fine-grained-activation-offloading --offload-modules core_attn expert_fc1", 4, 16, 2 * GiB, SMALL_SPACE),
     (TINY_GPT + " --cpu-offloading-num-layers 1", 4, 16, int(1.6 * GiB), SMALL_SPACE),
-], ids=["gpt", "moe-mla-mtp", "moe-buckets", "fsdp", "muon-deferred-wgrad", "moe-overlap-offload", "cpu-offload"])
+    (SIX_LAYER_GPT, 8, 32, int(2.1 * GiB), INTERLEAVED_SPACE),
+], ids=["gpt", "moe-mla-mtp", "moe-buckets", "fsdp", "muon-deferred-wgrad", "moe-overlap-offload", "cpu-offload",
+        "interleaved-8-gpus"])
 def test_every_layout_agrees_with_the_estimator(text, world, gbs, budget, space):
     searched, valid, codes, fits = brute_force(text, world, gbs, budget, space)
     plan = api.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=None,
@@ -102,6 +108,38 @@ def test_every_layout_agrees_with_the_estimator(text, world, gbs, budget, space)
     for c in plan.candidates:
         assert c.estimate is not None and c.estimate.peak_stage.device_peak_bytes == c.device_peak_bytes
         assert c.headroom_bytes == budget - c.device_peak_bytes >= 0
+
+
+@pytest.mark.parametrize("text, world, gbs, budget, space", [
+    (TINY_MOE, 4, 16, 2 * GiB, SMALL_SPACE),
+    (SIX_LAYER_GPT, 8, 32, int(2.1 * GiB), INTERLEAVED_SPACE),
+    (LLAMA3_8B, 8, 32, 80 * GiB, None),
+], ids=["moe", "interleaved", "llama3-8b"])
+def test_the_best_are_the_head_of_the_whole_ranking(text, world, gbs, budget, space):
+    """The search ranks only the layouts tied on the proxy with the ``top``-th (their peaks made
+    exact): the same candidates, in the same order, as ranking every layout that fits."""
+    every = api.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=None, space=space,
+                     verify=False, environ={})
+    ranked = [(_key(c.settings), c.device_peak_bytes, c.peak_stage, c.proxy.step) for c in every.candidates]
+    assert len(ranked) == every.fitting > 20
+    for top in (1, 3, 10, 20, every.fitting):
+        best = api.plan(flags(text), world_size=world, global_batch_size=gbs, budget=budget, top=top, space=space,
+                        verify=False, environ={})
+        assert (best.searched, best.valid, best.fitting) == (every.searched, every.valid, every.fitting)
+        assert [(_key(c.settings), c.device_peak_bytes, c.peak_stage, c.proxy.step) for c in best.candidates] == \
+            ranked[:top]
+
+
+def test_allocated_limit_is_where_the_device_peak_passes_the_budget():
+    from megatron_estimator.model.stage import device_bytes
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        budget = rng.choice((0, 1, 1000, 80 * GiB, rng.randint(0, 10**12)))
+        fixed = rng.choice((0, 1, 5 * 10**8, rng.randint(0, 2 * 10**9)))
+        fragmentation = rng.choice((0.0, 0.05, 0.1, 1 / 3, rng.random()))
+        most = planner_search.allocated_limit(budget, fixed, fragmentation)
+        assert device_bytes(most, fixed, fragmentation) <= budget < device_bytes(most + 1, fixed, fragmentation)
 
 
 def test_tiny_gpt_counts():
@@ -310,21 +348,37 @@ def test_no_valid_layout():
 
 # -- the schedule facts the planner relies on (layout.py, by brute force) -----------------------
 
-def test_fewer_microbatches_keep_the_interleaved_peak():
+def test_the_fullest_moment_is_the_heaviest_live_count():
+    """The planner's held activations under the interleaved schedule (``_Search.fullest_state``,
+    cached on the weights over their greatest common divisor): the largest weighted sum of
+    layout.live_states is what microbatches_in_flight's fullest moment holds, for any weights
+    (scaled ones, zeros included) and many microbatches."""
+    from megatron_estimator.model.layout import live_states
+
+    inp, _ = api.plan_input(flags(TINY_GPT), environ={})
+    run = planner_search._Search(inp, 4, 16, GiB, "", Overheads(), {}, SMALL_SPACE, plan_records.ProxyAssumptions())
     rng = random.Random(3)
-    reduced = 0
+    checked = 0
     for pp in (2, 3, 4):
-        for vpp in (2, 3):
+        for vpp in (2, 3, 4):
             for group in (pp, 2 * pp):
-                for m in range(group, 9 * group + 2):
+                for m in list(range(1, 6 * group + 2)) + [97, 1000]:
                     for rank in range(pp):
                         for combined in (False, True):
-                            fewer = planner_memory.schedule_microbatches(pp, rank, vpp, m, group, int(combined))
-                            reduced += fewer < m
-                            weights = tuple(rng.randint(1, 1000) for _ in range(vpp))
-                            assert (microbatches_in_flight(pp, rank, vpp, m, group, weights, combined).chunk_microbatches
-                                    == microbatches_in_flight(pp, rank, vpp, fewer, group, weights, combined).chunk_microbatches)
-    assert reduced > 1000
+                            every = live_states(pp, rank, vpp, m, group, combined)
+                            base = tuple(rng.randint(0, 50) for _ in range(vpp))
+                            for weights in (base, tuple(3 * w for w in base), (7,) * vpp, (0,) * vpp,
+                                            tuple(rng.choice((0, 1, 10**9)) for _ in range(vpp)),
+                                            tuple(rng.randint(-5, 5) for _ in range(vpp))):
+                                counts = microbatches_in_flight(pp, rank, vpp, m, group, weights, combined)
+                                held = sum(n * w for n, w in zip(counts.chunk_microbatches, weights))
+                                assert held == max(0, max(sum(n * w for n, w in zip(s, weights)) for s in every))
+                                state = run.fullest_state(pp, rank, vpp, m, group, combined, weights)
+                                assert (0 if state is None else sum(n * w for n, w in zip(state, weights))) == held
+                                if held:
+                                    assert state == counts.chunk_microbatches
+                                checked += 1
+    assert checked > 5000
 
 
 def test_the_lowest_rank_holds_the_most():

@@ -13,6 +13,8 @@ with the position of the fault, so the caller can say exactly what is wrong.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 LAYER_CHARS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
 
 
@@ -63,6 +65,7 @@ def _expand(text: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=1024)         # a pure function of the text, parsed again and again by the planner
 def parse_layout(text: str) -> tuple[tuple[str, ...], ...]:
     cleaned = text.replace(",", "").replace(" ", "")
     expanded = _expand(cleaned)

@@ -198,33 +198,45 @@ def _equivalent_microbatches(pp: int, rank: int, vpp: int, m: int, group: int, e
     return group * periods + m % group
 
 
+def live_states(pp: int, rank: int, vpp: int, num_microbatches: int, group_size: int,
+                combined_1f1b: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Every distinct count of microbatches alive per model chunk that the interleaved
+    schedule reaches on this rank after a forward, in the order they first occur: the
+    fullest moment ``microbatches_in_flight`` picks for any chunk weights is the first of
+    them with the largest weighted sum (none above zero: no microbatch)."""
+    extra = int(combined_1f1b)
+    return _live_states(pp, rank, vpp, _equivalent_microbatches(pp, rank, vpp, num_microbatches, group_size, extra),
+                        group_size, extra)
+
+
 @lru_cache(maxsize=4096)
-def _interleaved_peak(pp: int, rank: int, vpp: int, m: int, group: int,
-                      weights: tuple[int, ...], extra_warmup: int = 0) -> tuple[int, ...]:
+def _live_states(pp: int, rank: int, vpp: int, m: int, group: int, extra_warmup: int = 0) -> tuple[tuple[int, ...], ...]:
     # schedules.py get_schedule_table: microbatches in groups of `group`, each group runs
     # every chunk in order; backward visits chunks in reverse.
     table = []
     for start in range(0, m, group):
         end = m if start + group >= m else start + group
-        table.extend((mb, chunk) for chunk in range(vpp) for mb in range(start, end))
+        table.extend(chunk for chunk in range(vpp) for mb in range(start, end))
     total = m * vpp
     warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup, total)
     live = [0] * vpp
-    best = (0, tuple(live))
-
-    def forward(k: int) -> None:
-        nonlocal best
-        live[table[k][1]] += 1
-        weight = sum(w * n for w, n in zip(weights, live))
-        if weight > best[0]:
-            best = (weight, tuple(live))
-
-    def backward(k: int) -> None:
-        live[vpp - 1 - table[k][1]] -= 1
-
+    states: dict[tuple[int, ...], None] = {}
     for k in range(warmup):
-        forward(k)
+        live[table[k]] += 1
+        states.setdefault(tuple(live))
     for k in range(total - warmup):
-        forward(k + warmup)
-        backward(k)
+        live[table[k + warmup]] += 1
+        states.setdefault(tuple(live))
+        live[vpp - 1 - table[k]] -= 1
+    return tuple(states)
+
+
+@lru_cache(maxsize=4096)
+def _interleaved_peak(pp: int, rank: int, vpp: int, m: int, group: int,
+                      weights: tuple[int, ...], extra_warmup: int = 0) -> tuple[int, ...]:
+    best = (0, (0,) * vpp)
+    for state in _live_states(pp, rank, vpp, m, group, extra_warmup):
+        weight = sum(w * n for w, n in zip(weights, state))
+        if weight > best[0]:
+            best = (weight, state)
     return best[1]

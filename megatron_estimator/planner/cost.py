@@ -48,17 +48,24 @@ from megatron_estimator.results.plan import ProxyBreakdown, Recompute
 
 
 class LayoutCost:
-    """The throughput proxy of one layout (tp, cp, pp, ep, etp, split), cached per inner choice."""
-    __slots__ = ("search", "layout", "family", "dims", "_proxy")     # one per layout searched
+    """The throughput proxy of one layout (tp, cp, pp, ep, etp, split), cached per inner choice.
+
+    What the layout alone fixes (``_layout_terms``) is computed once; each inner choice then
+    multiplies it by its recompute factors, with the operations in the order of the formula
+    (the floats are the ones computing it whole gives)."""
+    __slots__ = ("search", "layout", "family", "dims", "_proxy", "_steps", "_fixed")     # one per layout searched
 
     def __init__(self, search: "_Search", layout, family, dims: ParallelDims):
         self.search, self.layout, self.family, self.dims = search, layout, family, dims
         self._proxy: dict[tuple, tuple] = {}
+        self._steps: dict[tuple, tuple[float, float]] = {}
+        self._fixed: tuple | None = None
 
     def recomputed_fraction(self, rec: Recompute) -> float:
-        """Forward flops of the layers full recompute re-runs / forward flops of all decoder layers."""
-        key = (self.layout.pp, self.layout.pipeline, rec)
-        cached = self.search.recomputed_cache.get(key)
+        """Forward flops of the layers full recompute re-runs / forward flops of all decoder
+        layers: they depend on the split (the family) and the recompute choice only."""
+        key = self.search.recompute_id(rec)
+        cached = self.family.recomputed.get(key)
         if cached is None:
             model = self.search.proxy_model
             pattern = self.search.layer_kinds()
@@ -69,7 +76,7 @@ class LayoutCost:
                 for chunk in stage.chunks:
                     layers = chunk.layers if rec.method == "uniform" else chunk.layers[:rec.num_layers or 0]
                     again += sum(forward[pattern[i]] for i in layers)
-            cached = self.search.recomputed_cache[key] = again / total
+            cached = self.family.recomputed[key] = again / total
         return cached
 
     def proxy(self, mbs: int, m: int, rec: Recompute, sp: bool, do: bool) -> ProxyBreakdown:
@@ -80,20 +87,31 @@ class LayoutCost:
         step = (1 + r + tp_c + cp_c + ep_c) * (1 + bubble) + dp_c
         return ProxyBreakdown(step, bubble, r, tp_c, cp_c, ep_c, dp_c, c, *volumes)
 
-    def step(self, m: int, rec: Recompute, sp: bool, do: bool) -> float:
-        """The proxy's relative step time alone (for ranking every layout that fits)."""
-        r, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
-        return (1 + r + tp_c + cp_c + ep_c) * (1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)) + dp_c
+    def step(self, m: int, r: int, rec: Recompute, sp: bool, do: bool) -> float:
+        """The proxy's relative step time alone (for ranking every layout that fits); ``r``
+        is ``rec``'s index among the family's recompute choices."""
+        return self.steps(m, do, ((r, rec, sp),))[0]
 
-    def _proxy_terms(self, rec: Recompute, sp: bool, do: bool) -> tuple:
-        """(R, T_tp/C, T_cp/C, T_ep/C, T_dp/C, C, bytes sent per step by tp, cp, ep, dp).
+    def steps(self, m: int, do: bool, choices) -> list[float]:
+        """``step`` of each (r, recompute, sequence parallel, ...) of ``choices`` with M
+        microbatches and this optimizer choice."""
+        bubble = 1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)
+        cache = self._steps
+        out = []
+        for r, rec, sp, *_ in choices:
+            head = cache.get((r, sp, do))
+            if head is None:
+                rr, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
+                head = cache[(r, sp, do)] = (1 + rr + tp_c + cp_c + ep_c, dp_c)
+            out.append(head[0] * bubble + head[1])
+        return out
 
-        The volumes per microbatch grow with the micro batch b and there are M = gbs / (b dp)
-        microbatches: the step's volumes do not depend on b, only the bubble does."""
-        key = (rec, sp, do)
-        terms = self._proxy.get(key)
-        if terms is not None:
-            return terms
+    def _layout_terms(self) -> tuple:
+        """What the layout fixes of ``_proxy_terms``: (the tp bytes, the cp ring's bytes and a
+        hybrid's Mamba all-to-all bytes before their recompute factors, the ep bytes before theirs by sequence parallelism, the dp
+        seconds and bytes by the distributed optimizer, the bandwidths of tp, cp and ep, C)."""
+        if self._fixed is not None:
+            return self._fixed
         search = self.search
         model = search.proxy_model
         a, node = search.proxy_assumptions, search.space.gpus_per_node
@@ -103,7 +121,6 @@ class LayoutCost:
         tokens_per_step = s_local * search.gbs / dp                   # M x b tokens through each GPU
         x = tokens_per_step * model.hidden * model.act_bytes          # M x one [s/cp, b, h] activation
         dense_layers, moe_layers = model.dense_layers / pp, model.moe_layers / pp
-        again = self.recomputed_fraction(rec) if rec.granularity == "full" else 0.0
 
         def bandwidth(size: int, stride: int) -> float:
             return a.intra_node_bandwidth if size * stride <= node else a.inter_node_bandwidth
@@ -114,27 +131,51 @@ class LayoutCost:
             tp_bytes += blocks * 4 * (tp - 1) / tp * x
         if etp > 1 and moe_layers:
             tp_bytes += moe_layers * 4 * (etp - 1) / etp * x * model.topk
-        tp_bytes *= 1 + 0.5 * again
-        cp_bytes = 0.0
+        cp_bytes = None
+        mamba_bytes = 0.0             # a hybrid's Mamba all-to-alls, before their recompute factor
         if cp > 1:
             kv = tokens_per_step * model.kv_width * model.act_bytes / tp
             ring = (dense_layers + moe_layers) if model.cp_ring_layers is None else model.cp_ring_layers / pp
-            cp_bytes = ring * (cp - 1) * kv * (3 + again)
+            cp_bytes = ring * (cp - 1) * kv
             if model.mamba_layers:
-                cp_bytes += (model.mamba_layers / pp * 2 * (cp - 1) / cp * tokens_per_step * model.mamba_a2a_width / tp
-                             * model.act_bytes * (1 + 0.5 * again))
-        ep_bytes = 0.0
+                mamba_bytes = (model.mamba_layers / pp * 2 * (cp - 1) / cp * tokens_per_step * model.mamba_a2a_width
+                               / tp * model.act_bytes)
+        ep_bytes = {}
         if ep > 1 and moe_layers:
-            tokens = tokens_per_step / (tp if sp else 1)
-            ep_bytes = (moe_layers * 4 * (ep - 1) / ep * tokens * model.topk * model.hidden * model.act_bytes
-                        * (1 + 0.5 * again))
-        per = (model.grad_bytes + model.param_bytes) if do else 2 * model.grad_bytes
-        n_dense = dp * cp
-        dp_dense = (n_dense - 1) / n_dense * model.dense_params / (tp * pp) * per
-        dp_expert = (edp - 1) / edp * model.expert_params / (ep * etp * pp) * per
-
+            for sp in (False, True):
+                tokens = tokens_per_step / (tp if sp else 1)
+                ep_bytes[sp] = moe_layers * 4 * (ep - 1) / ep * tokens * model.topk * model.hidden * model.act_bytes
         c = model.flops_per_gpu / a.achieved_flops
-        dp_s = dp_dense / bandwidth(n_dense, tp) + dp_expert / bandwidth(edp, etp * ep)
+        n_dense = dp * cp
+        dp_terms = {}
+        for do in (False, True):
+            per = (model.grad_bytes + model.param_bytes) if do else 2 * model.grad_bytes
+            dp_dense = (n_dense - 1) / n_dense * model.dense_params / (tp * pp) * per
+            dp_expert = (edp - 1) / edp * model.expert_params / (ep * etp * pp) * per
+            dp_s = dp_dense / bandwidth(n_dense, tp) + dp_expert / bandwidth(edp, etp * ep)
+            dp_terms[do] = (dp_s, int(dp_dense + dp_expert))
+        self._fixed = (tp_bytes, cp_bytes, mamba_bytes, ep_bytes, dp_terms, bandwidth(tp, 1), bandwidth(cp, tp),
+                       bandwidth(ep, etp), c)
+        return self._fixed
+
+    def _proxy_terms(self, rec: Recompute, sp: bool, do: bool) -> tuple:
+        """(R, T_tp/C, T_cp/C, T_ep/C, T_dp/C, C, bytes sent per step by tp, cp, ep, dp).
+
+        The volumes per microbatch grow with the micro batch b and there are M = gbs / (b dp)
+        microbatches: the step's volumes do not depend on b, only the bubble does."""
+        key = (rec, sp, do)
+        terms = self._proxy.get(key)
+        if terms is not None:
+            return terms
+        model = self.search.proxy_model
+        tp_base, cp_base, mamba_base, ep_base, dp_terms, tp_bw, cp_bw, ep_bw, c = self._fixed or self._layout_terms()
+        again = self.recomputed_fraction(rec) if rec.granularity == "full" else 0.0
+        tp_bytes = tp_base * (1 + 0.5 * again)
+        cp_bytes = 0.0 if cp_base is None else cp_base * (3 + again)
+        if mamba_base:
+            cp_bytes += mamba_base * (1 + 0.5 * again)
+        ep_bytes = ep_base[sp] * (1 + 0.5 * again) if ep_base else 0.0
+        dp_s, dp_bytes = dp_terms[do]
         if rec.granularity == "full":
             r = model.layer_forward_share * again
         elif rec.granularity == "selective":
@@ -142,8 +183,8 @@ class LayoutCost:
         else:
             r = 0.0
         terms = self._proxy[key] = (
-            r, tp_bytes / bandwidth(tp, 1) / c, cp_bytes / bandwidth(cp, tp) / c, ep_bytes / bandwidth(ep, etp) / c,
-            dp_s / c, c, (int(tp_bytes), int(cp_bytes), int(ep_bytes), int(dp_dense + dp_expert)))
+            r, tp_bytes / tp_bw / c, cp_bytes / cp_bw / c, ep_bytes / ep_bw / c,
+            dp_s / c, c, (int(tp_bytes), int(cp_bytes), int(ep_bytes), dp_bytes))
         return terms
 
 

@@ -20,17 +20,33 @@ each memoised on what it reads:
   wide) and the reported ones get the exact ``stage_states``, which are checked against the
   bounds.
 
-Two facts of the schedule (model/layout.py), exact and tested against it by brute force:
-within a group of stages of the same structure the lowest rank has the most microbatches
-alive at every step (its warm-up is longest), so it alone can be the group's peak
-(``StageGroup``); and the interleaved schedule's live counts repeat with the microbatch
-group, so ``schedule_microbatches`` gives a smaller microbatch count with the same peak (and
-the peak's moment does not change when the chunk weights are scaled).
+Facts of the stage function and the schedule the caches rest on, exact and tested against
+``model/stage.py`` and ``model/layout.py`` by brute force:
+
+- ``stage_terms`` reads the chunks' activations only through their kept bytes (the schedule's
+  weights) and the largest recompute peak (a transient), and the stage only through its
+  first / last flags and the kinds of its layers: the rest of its terms (``unscheduled``) is
+  cached on those (``LayoutActivations.stage``);
+- within a group of stages of the same structure the lowest rank has the most microbatches
+  alive at every step (its warm-up is longest), so it alone can be the group's peak
+  (``StageGroup``);
+- the interleaved schedule's fullest moment is the first of its live counts
+  (``layout.live_states``, which do not depend on the chunk weights) with the largest
+  weighted sum, above zero: the same moment for weights scaled by a positive factor, so it
+  is cached per schedule and weights divided by their greatest common divisor.
+
+A layout fits when every stage group's model states plus its other bytes stay within the
+allocated bytes whose device peak is the budget (``LayoutMemory.limits``: the device peak
+grows with the allocated bytes); the groups are checked one at a time and a group's bytes
+are computed only when the groups before it fit (``StageParts``), so a layout that does not
+fit costs only the groups up to the first that is over.
 """
 
 from __future__ import annotations
 
 import math
+import operator
+
 from megatron_estimator.core.dataclass import dataclass, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -39,34 +55,12 @@ if TYPE_CHECKING:
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act
 from megatron_estimator.model import stage as stage_model
-from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight
+from megatron_estimator.model.layout import ModelChunk, StageLayout, live_states
 from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import DTYPE_BYTES
 from megatron_estimator.planner.space import LayoutChoice
 from megatron_estimator.planner.validity import expert_overlay
 from megatron_estimator.results.plan import NO_RECOMPUTE, Recompute
-
-
-def schedule_microbatches(pp: int, rank: int, vpp: int | None, m: int, group: int, extra_warmup: int = 0) -> int:
-    """A microbatch count M' <= m for which ``layout.microbatches_in_flight`` gives the same
-    chunk counts as for m, for any chunk weights.
-
-    The interleaved schedule (layout.py ``_interleaved_peak``, after schedules.py
-    ``get_schedule_table``) runs groups of ``group`` microbatches through the v chunks; with
-    W warm-up forwards, the live counts after forward j are periodic in j with period
-    P = group x v while forwards and backwards both fall in full groups, and near the end
-    they depend only on the distance from the end.  With n full groups before the last one,
-    n >= ceil((W + 2P) / P) keeps every distinct state and their first-occurrence order, so
-    the surplus full groups can go."""
-    if pp == 1 or not vpp or vpp == 1:
-        return m
-    period = group * vpp
-    last = m - group * ((m - 1) // group)
-    full = (m - last) // group
-    warmup = (pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup
-    needed = -(-(warmup + 2 * period) // period)
-    return m if full <= needed else needed * group + last
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +74,7 @@ class StageGroup:
     stage: StageLayout              # the group's lowest rank
     rank: int                       # its pipeline rank
     runs_loss: bool                 # the stage computes the loss (its post_process)
+    reads: int                      # what stage_terms reads of the stage (first, last, its layers' kinds), interned
 
 
 class LayoutFamily:
@@ -95,16 +90,24 @@ class LayoutFamily:
         self.max_chunk_layers = max((len(c.layers) for s in stages for c in s.chunks), default=0)
         seen: set[int] = set()
         groups = []
+        # A chunk's structure by what decides its layers' tensors (a 'D' layer without an
+        # indexer differs from one with: _Search.parameter_kinds), a stage's reads by kind.
+        tensor_kinds = search.parameter_kinds()
         for stage in stages:
-            chunk_ids = tuple(search.intern(("chunk", tuple(pattern[i] for i in c.layers), c.pre_process,
+            chunk_ids = tuple(search.intern(("chunk", tuple(tensor_kinds[i] for i in c.layers), c.pre_process,
                                              c.post_process, c.mtp_layers)) for c in stage.chunks)
             stage_id = search.intern(("stage", chunk_ids, tuple((c.embedding, c.output_weight) for c in stage.chunks)))
             if stage_id in seen:
                 continue                        # a higher rank of the same structure: never the peak
             seen.add(stage_id)
-            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process))
+            kinds = tuple(sorted({pattern[i] for i in stage.layers}))
+            groups.append(StageGroup(stage_id, chunk_ids, stage, stage.pp_rank, stage.post_process,
+                                     search.intern(("reads", stage.pre_process, stage.post_process, kinds))))
         self.groups: tuple[StageGroup, ...] = tuple(groups)
-        self.parts: dict[tuple, list[int]] = {}          # LayoutMemory._parts, shared by the family
+        self.parts: dict[tuple, StageParts] = {}         # LayoutMemory.parts, shared by the family
+        self.bounds: dict[tuple, list] = {}              # LayoutMemory._bounds, shared by the family
+        self.recomputed: dict[int, float] = {}           # LayoutCost.recomputed_fraction by recompute id
+        self.fullest: dict[tuple[int, int], dict] = {}   # (group, M) -> _Search.fullest_table
 
 
 class LayoutActivations:
@@ -119,7 +122,10 @@ class LayoutActivations:
         self.search, self.cfg = search, cfg
         self._layers: dict = {}
         self._chunks: dict[tuple, stage_model.ChunkActivations] = {}
+        # recompute id -> (chunk id -> kept bytes, chunk id -> recompute peak), for ``stage``
+        self._by_recompute: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
         self._stages: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._unscheduled: dict[tuple, int] = {}
         self._deferred: dict[int, int] = {}
         self.layer_input = act.layer_input_bytes(cfg)
         self.embedding = act.embedding_activations(cfg)
@@ -136,18 +142,23 @@ class LayoutActivations:
             value = self._layers[kind] = act.layer_activations(self.cfg, index).total
         return value
 
-    def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute) -> stage_model.ChunkActivations:
+    def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute, rid: int | None = None
+              ) -> stage_model.ChunkActivations:
         """model/stage.py ``chunk_activation_bytes``, from the chunk's recompute groups counted
         by layer kind (its cached form: the brute-force tests hold it equal)."""
-        key = (chunk_id, rec)
+        if rid is None:
+            rid = self.search.recompute_id(rec)
+        key = (chunk_id, rid)
         value = self._chunks.get(key)
         if value is None:
-            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk)
-            per_kind = self.kind_bytes()
+            whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk, rid)
+            per_kind = self._kinds or self.kind_bytes()
             kept = sum(n * b for n, b in zip(whole, per_kind)) + groups[0] * self.layer_input
-            # --cpu-offloading-num-layers: the chunk's first layers live on the host (validation
-            # excludes recompute with it, so they are all whole layers).
-            kept -= sum(self.layer(i) for i in chunk.layers[:self.cfg.training.cpu_offloading_num_layers])
+            offloaded = self.cfg.training.cpu_offloading_num_layers
+            if offloaded:
+                # --cpu-offloading-num-layers: the chunk's first layers live on the host
+                # (validation excludes recompute with it, so they are all whole layers).
+                kept -= sum(self.layer(i) for i in chunk.layers[:offloaded])
             recompute_peak = max((sum(n * b for n, b in zip(counts, per_kind)) for counts in groups[1]), default=0)
             if chunk.pre_process:
                 kept += self.embedding
@@ -167,17 +178,34 @@ class LayoutActivations:
             self._kinds = tuple(self.layer(pattern.index(kind)) for kind in self.search.kinds)
         return self._kinds
 
-    def stage(self, group: StageGroup, rec: Recompute) -> tuple[tuple[int, ...], int]:
+    def stage(self, group: StageGroup, rec: Recompute, rid: int | None = None) -> tuple[tuple[int, ...], int]:
         """model/stage.py ``stage_terms`` of the group's stage under this recompute choice, as
-        the schedule uses it: (``chunk_weights``, ``unscheduled``)."""
-        key = (group.stage_id, rec)
+        the schedule uses it: (``chunk_weights``, ``unscheduled``).  ``unscheduled`` is
+        ``stage_terms`` of the stage with one chunk of no kept bytes and the chunks' largest
+        recompute peak: it reads the chunks through nothing else (the module docstring).
+        ``rid``: ``_Search.recompute_id`` of ``rec`` (the caches' key)."""
+        if rid is None:
+            rid = self.search.recompute_id(rec)
+        key = (group.stage_id, rid)
         parts = self._stages.get(key)
         if parts is None:
-            search, cache = self.search, self._chunks
-            chunks = tuple(cache.get((cid, rec)) or self.chunk(cid, chunk, rec)
-                           for cid, chunk in zip(group.chunk_ids, group.stage.chunks))
-            terms = stage_model.stage_terms(self.cfg, group.stage, search.overheads, search.env, chunks, self.shared)
-            parts = self._stages[key] = (terms.chunk_weights, terms.unscheduled)
+            kept_of, peak_of = self._by_recompute.get(rid) or self._by_recompute.setdefault(rid, ({}, {}))
+            try:
+                kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
+            except KeyError:
+                for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                    if cid not in kept_of:
+                        kept_of[cid], peak_of[cid] = self.chunk(cid, chunk, rec, rid)
+                kept = tuple(map(kept_of.__getitem__, group.chunk_ids))
+            peak = max(map(peak_of.__getitem__, group.chunk_ids), default=0)
+            reads = (group.reads, peak)
+            unscheduled = self._unscheduled.get(reads)
+            if unscheduled is None:
+                search = self.search
+                unscheduled = self._unscheduled[reads] = stage_model.stage_terms(
+                    self.cfg, group.stage, search.overheads, search.env, (stage_model.ChunkActivations(0, peak),),
+                    self.shared).unscheduled
+            parts = self._stages[key] = (kept, unscheduled)
         return parts
 
     def deferred(self, m: int) -> int:
@@ -212,18 +240,18 @@ class LayoutMemory:
     """The per-stage memory of one layout: ``estimate_stage``'s parts, cached by what each
     depends on (see the module docstring)."""
     __slots__ = ("search", "layout", "family", "_derived", "_config", "dims", "fixed", "fragmentation", "_exceed",
-                 "_lower", "_upper", "_states")                                       # one per layout searched
+                 "_lower", "_upper", "_states", "_limits")                                       # one per layout searched
 
     def __init__(self, search: "_Search", layout: LayoutChoice, family: LayoutFamily, derived: Mapping):
         self.search, self.layout, self.family = search, layout, family
         self._derived, self._config = derived, None
-        self.dims = ParallelDims(search.world, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
-        self.fixed = stage_model.fixed_device_bytes(self.dims, search.moe, search.overheads)
+        self.dims, self.fixed = search.dims_and_fixed(layout.tp, layout.pp, layout.cp, layout.ep, layout.etp, family.vpp)
         self.fragmentation = search.overheads.fragmentation
         self._exceed: dict[bool, bool] = {}
         self._lower: dict[bool, list[int]] = {}             # lower_bounds by optimizer choice
         self._upper: dict[bool, list[int | None]] = {}      # upper_bounds by optimizer choice
         self._states: dict[bool, list[stage_model.StageStates]] = {}
+        self._limits: dict[bool, tuple] = {}
 
     @property
     def config(self):
@@ -241,8 +269,8 @@ class LayoutMemory:
         """Whether the lower bound of the model states alone puts a stage over the budget."""
         exceed = self._exceed.get(do)
         if exceed is None:
-            worst = max(self.lower_bounds(do))
-            exceed = self._exceed[do] = stage_model.device_bytes(worst, self.fixed, self.fragmentation) > self.search.budget
+            most = self.search.allocated_limit(self.fixed, self.fragmentation)
+            exceed = self._exceed[do] = max(self._lower.get(do) or self.lower_bounds(do)) > most
         return exceed
 
     def lower_bounds(self, do: bool) -> list[int]:
@@ -254,22 +282,34 @@ class LayoutMemory:
         return self._upper.get(do) or self._bounds(do, 1)
 
     def _bounds(self, do: bool, which: int) -> list:
-        cache = self._upper if which else self._lower
-        out = cache.get(do)
+        mine = self._upper if which else self._lower
+        out = mine.get(do)
         if out is None:
+            # The states read tp, pp, ep, etp and the stage, not cp: the family's layouts of
+            # every cp share the lists.
             search, lay = self.search, self.layout
-            out = []
-            for group in self.family.groups:
-                key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id, which)
-                value = search.bounds_cache.get(key)
-                if value is None:
-                    value = search.bounds_cache[key] = self._states_bound(do, group, upper=bool(which))
-                out.append(value)
-            cache[do] = out
+            family_key = (lay.tp, lay.ep, lay.etp, do)
+            both = self.family.bounds.get(family_key)
+            if both is None:
+                lower, upper = [], []
+                cache, rates = search.bounds_cache, None
+                for group in self.family.groups:
+                    key = (lay.tp, lay.pp, lay.ep, lay.etp, do, group.stage_id)
+                    value = cache.get(key)
+                    if value is None:
+                        rates = rates or search.state_rates(self.dims, do)
+                        value = cache[key] = self._states_bounds(do, group, rates)
+                    lower.append(value[0])
+                    upper.append(value[1])
+                both = self.family.bounds[family_key] = (lower, upper)
+            self._lower[do], self._upper[do] = both
+            out = both[which]
         return out
 
-    def _states_bound(self, do: bool, group: StageGroup, upper: bool) -> int | None:
-        """A bound of the stage's model states (weights, gradients, optimizer states).
+    def _states_bounds(self, do: bool, group: StageGroup, rates: StateRates | None = None
+                       ) -> tuple[int, int | None]:
+        """A lower and an upper bound of the stage's model states (weights, gradients,
+        optimizer states; None: not bounded above).
 
         model/states.py ``model_states`` is linear in the elements of each tensor kind, up to
         buffer padding and integer truncation: a stage's states lie between its elements times
@@ -281,26 +321,22 @@ class LayoutMemory:
         lay, dims = self.layout, self.dims
         stage = group.stage
         ref = search.reference
-        if upper and ref.optimizer.use_megatron_fsdp:
-            return None
-        rates = search.state_rates(dims, do)
-        dense = expert = padding = 0
-        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
-        for cid, chunk in zip(group.chunk_ids, stage.chunks):
-            d, e, nd, ne = search.chunk_census(lay.tp, lay.ep, lay.etp, cid, chunk)
-            dense, expert = dense + d, expert + e
-            if chunk.post_process:
-                nd += 2                                            # the final norm: weight (and bias)
-            padding += nd * 64 + (nd + 3) * dense_divisor if nd else 0
-            padding += ne * 64 + (ne + 3) * expert_divisor if ne else 0
+        rates = rates or search.state_rates(dims, do)
+        dense, expert, dense_tensors, dense_chunks, expert_tensors, expert_chunks = search.stage_census(
+            lay.tp, lay.ep, lay.etp, group)
         truncation = 4 * 2 * len(stage.chunks)                    # int() per buffer group and term
-        if not upper:
-            return int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        lower = int(dense * rates.dense_low + expert * rates.expert_low) - truncation
+        if ref.optimizer.use_megatron_fsdp:
+            return lower, None
+        # Per chunk with n tensors of a kind: n x 64 + (n + 3) x lcm(shard, 128), summed.
+        dense_divisor, expert_divisor = math.lcm(dims.dp * dims.cp, 128), math.lcm(dims.edp, 128)
+        padding = (dense_tensors * 64 + (dense_tensors + 3 * dense_chunks) * dense_divisor
+                   + expert_tensors * 64 + (expert_tensors + 3 * expert_chunks) * expert_divisor)
         dense += 2 * ref.model.hidden_size                         # the largest final norm a stage holds
         bound = dense * rates.dense_high + expert * rates.expert_high + truncation
-        if do or ref.optimizer.use_megatron_fsdp:
+        if do:
             bound += padding * (DTYPE_BYTES[ref.precision.params_dtype] + DTYPE_BYTES[ref.precision.main_grads_dtype])
-        return int(bound) + 1
+        return lower, int(bound) + 1
 
     def states(self, do: bool) -> list[stage_model.StageStates]:
         """model/stage.py ``stage_states`` of each stage group."""
@@ -326,7 +362,7 @@ class LayoutMemory:
                         raise RuntimeError(
                             f"planner: the model states of stage {group.rank} ({total} bytes) fall outside the "
                             f"planner's bounds [{lower}, {upper}]: model/states.py changed; update "
-                            "LayoutMemory._states_bound")
+                            "LayoutMemory._states_bounds")
                 out.append(value)
             self._states[do] = out
         return out
@@ -336,7 +372,7 @@ class LayoutMemory:
         the selective recompute modules, not pp, ep, the split or the optimizer."""
         lay = self.layout
         layered = rec if rec.granularity == "selective" else NO_RECOMPUTE
-        key = (lay.tp, lay.cp, lay.etp, mbs, layered, sp)
+        key = (lay.tp, lay.cp, lay.etp, mbs, self.search.recompute_id(layered), sp)
         acts = self.search.activations_cache.get(key)
         if acts is None:
             base = self.config
@@ -349,78 +385,91 @@ class LayoutMemory:
             acts = self.search.activations_cache[key] = LayoutActivations(self.search, cfg)
         return acts
 
-    def _parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> list[int]:
-        """Each stage group's bytes besides its model states: activations alive at the schedule's
-        fullest moment, transients, workspaces, batch, buffers (model/stage.py ``estimate_stage``).
-        They depend on tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the
-        layouts of a family."""
-        family = self.family
+    def parts(self, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> "StageParts":
+        """Each stage group's bytes besides its model states (``StageParts``).  They depend on
+        tp, cp, etp and the inner choices, not on ep or the optimizer: shared by the layouts of
+        a family."""
         lay = self.layout
         key = (lay.tp, lay.cp, lay.etp, mbs, r, sp)          # r: the family's recompute choice index
-        parts = family.parts.get(key)
-        if parts is None:
-            parts = family.parts[key] = self._compute_parts(mbs, m, rec, sp)
-        return parts
+        row = self.family.parts.get(key)
+        if row is None:
+            row = self.family.parts[key] = StageParts(self, mbs, m, rec, sp)
+        return row
 
-    def _compute_parts(self, mbs: int, m: int, rec: Recompute, sp: bool) -> list[int]:
-        acts = self.activations(mbs, rec, sp)
-        family = self.family
-        pp, vpp = self.layout.pp, family.vpp
-        inflight_cache = self.search.inflight_cache
-        parts = []
-        stage_cache = acts._stages
-        for group in family.groups:
-            rank = group.rank
-            kept, other = stage_cache.get((group.stage_id, rec)) or acts.stage(group, rec)
-            if group.runs_loss:
-                other += acts.deferred(m)
-            if pp == 1:
-                live = sum(kept)                              # layout.microbatches_in_flight: one at a time
-            elif vpp is None:
-                live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
-            else:
-                # The fullest moment is the same for chunk weights scaled by a positive factor,
-                # and for the smaller microbatch count schedule_microbatches gives.
-                scale = math.gcd(*kept) or 1
-                weights = tuple(k // scale for k in kept)
-                scheduled = schedule_microbatches(pp, rank, vpp, m, family.group_size, int(family.combined_1f1b))
-                key = (pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b)
-                counts = inflight_cache.get(key)
-                if counts is None:
-                    counts = inflight_cache[key] = microbatches_in_flight(
-                        pp, rank, vpp, scheduled, family.group_size, weights, family.combined_1f1b).chunk_microbatches
-                live = stage_model.held_activations(counts, kept)
-            parts.append(other + live)
-        return parts
+    def limits(self, do: bool) -> tuple[list[int], list[int], list[int | None]]:
+        """(the lower bound of each group's states, the most bytes besides them that keep the
+        group within the budget with that bound, the same with the upper bound (None:
+        unbounded)).  ``stage.device_bytes`` grows with the allocated bytes, so a stage fits
+        exactly when its allocated bytes are at most ``_Search.allocated_limit``."""
+        found = self._limits.get(do)
+        if found is None:
+            most = self.search.allocated_limit(self.fixed, self.fragmentation)
+            lower = self._lower.get(do) or self.lower_bounds(do)
+            upper = self._upper.get(do) or self.upper_bounds(do)
+            found = self._limits[do] = (lower, [most - low for low in lower],
+                                        [None if high is None else most - high for high in upper])
+        return found
 
     def assess(self, do: bool, mbs: int, m: int, r: int, rec: Recompute, sp: bool) -> int | None:
         """None when a stage is over budget, else the peak device bytes (exact, or a lower bound
-        within the few megabytes of padding when the upper bound of the states fits anyway)."""
+        within the few megabytes of padding when the upper bound of the states fits anyway).
+        The groups are checked in order, each group's bytes computed only once those before it
+        fit."""
+        found = self.assess_all(do, mbs, m, ((r, rec, sp),))
+        return found[0][3] if found else None
+
+    def assess_all(self, do: bool, mbs: int, m: int, choices) -> list[tuple[int, Recompute, bool, int]]:
+        """``assess`` of each (r, recompute, sequence parallel) of ``choices`` with this
+        optimizer and micro batch: (r, recompute, sequence parallel, device bytes) of those
+        that fit, in order."""
         lay = self.layout
-        parts = self.family.parts.get((lay.tp, lay.cp, lay.etp, mbs, r, sp)) or self._parts(mbs, m, r, rec, sp)
-        budget, fixed, fragmentation = self.search.budget, self.fixed, self.fragmentation
-        worst = 0
-        for lower, part in zip(self._lower.get(do) or self.lower_bounds(do), parts):
-            low = lower + part
-            device = low + fixed + int(low * fragmentation)          # stage.device_bytes, inline: the hot loop
-            if device > budget:
-                return None
-            if device > worst:
-                worst = device
-        for upper, part in zip(self._upper.get(do) or self.upper_bounds(do), parts):
-            if upper is None:
-                break
-            high = upper + part
-            if high + fixed + int(high * fragmentation) > budget:
-                break
-        else:
-            return worst
-        peak = self._exact(do, parts)
-        return None if peak[0] > budget else peak[0]
+        tp, cp, etp = lay.tp, lay.cp, lay.etp
+        rows = self.family.parts
+        lower, low_room, high_room = self._limits.get(do) or self.limits(do)
+        fixed, fragmentation = self.fixed, self.fragmentation
+        fits = []
+        bounded = None not in high_room
+        for r, rec, sp in choices:
+            row = rows.get((tp, cp, etp, mbs, r, sp)) or self.parts(mbs, m, r, rec, sp)
+            values = row.values
+            if row.complete:
+                # Every group's bytes known: the same checks, each over all groups at once.
+                if any(map(operator.gt, values, low_room)):
+                    continue
+                if bounded and not any(map(operator.gt, values, high_room)):
+                    worst = max(map(operator.add, lower, values))
+                    device = worst + fixed + int(worst * fragmentation)     # stage.device_bytes, inline
+                    fits.append((r, rec, sp, device if device > 0 else 0))
+                    continue
+                peak = self._exact(do, values)[0]
+                if peak <= self.search.budget:
+                    fits.append((r, rec, sp, peak))
+                continue
+            worst = None
+            for g, room in enumerate(low_room):
+                part = values[g]
+                if part is None:
+                    part = row.compute(g)
+                if part > room:
+                    break
+                low = lower[g] + part
+                if worst is None or low > worst:
+                    worst = low
+            else:
+                for g, room in enumerate(high_room):
+                    if room is None or values[g] > room:
+                        peak = self._exact(do, values)[0]
+                        if peak <= self.search.budget:
+                            fits.append((r, rec, sp, peak))
+                        break
+                else:
+                    device = worst + fixed + int(worst * fragmentation)     # stage.device_bytes, inline
+                    fits.append((r, rec, sp, device if device > 0 else 0))
+        return fits
 
     def exact_peak(self, do: bool, mbs: int, m: int, rec: Recompute, sp: bool) -> tuple[int, int, int]:
         """(device peak, allocated peak, rank) of the peak stage, with exact model states."""
-        return self._exact(do, self._compute_parts(mbs, m, rec, sp))
+        return self._exact(do, StageParts(self, mbs, m, rec, sp).all())
 
     def _exact(self, do: bool, parts: list[int]) -> tuple[int, int, int]:
         fixed, fragmentation = self.fixed, self.fragmentation
@@ -433,3 +482,51 @@ class LayoutMemory:
                 best = (device, allocated, rank)
         return best
 
+
+
+class StageParts:
+    """Each stage group's bytes besides its model states under one inner choice: the
+    activations alive at the schedule's fullest moment, transients, workspaces, batch and
+    buffers (model/stage.py ``estimate_stage``), computed one group at a time on demand
+    (``values``: None until computed)."""
+    __slots__ = ("memory", "acts", "m", "rec", "rid", "values", "complete", "_missing")
+
+    def __init__(self, memory: LayoutMemory, mbs: int, m: int, rec: Recompute, sp: bool):
+        self.memory, self.m, self.rec = memory, m, rec
+        self.rid = memory.search.recompute_id(rec)
+        self.acts = memory.activations(mbs, rec, sp)
+        self.values: list[int | None] = [None] * len(memory.family.groups)
+        self.complete = False                       # every value computed
+        self._missing = len(self.values)
+
+    def all(self) -> list[int]:
+        for g, value in enumerate(self.values):
+            if value is None:
+                self.compute(g)
+        return self.values
+
+    def compute(self, g: int) -> int:
+        memory, acts, m, rec, rid = self.memory, self.acts, self.m, self.rec, self.rid
+        family = memory.family
+        group = family.groups[g]
+        pp, vpp, rank = memory.layout.pp, family.vpp, group.rank
+        kept, other = acts._stages.get((group.stage_id, rid)) or acts.stage(group, rec, rid)
+        if group.runs_loss:
+            other += acts.deferred(m)
+        if pp == 1:
+            live = sum(kept)                              # layout.microbatches_in_flight: one at a time
+        elif vpp is None:
+            live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
+        else:
+            # The fullest moment: the first live count with the largest weighted sum, so the
+            # activations held then are the largest sum (none: nothing held).
+            table = family.fullest.get((g, m))
+            if table is None:
+                table = family.fullest[(g, m)] = memory.search.fullest_table(
+                    pp, rank, vpp, m, family.group_size, family.combined_1f1b)
+            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
+            live = 0 if state is None else sum(map(operator.mul, state, kept))
+        value = self.values[g] = other + live
+        self._missing -= 1
+        self.complete = not self._missing
+        return value

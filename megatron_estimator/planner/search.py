@@ -13,7 +13,9 @@ The result is a ``results.plan.Plan``.
 from __future__ import annotations
 
 import gc
+import heapq
 import math
+import operator
 import time
 from megatron_estimator.core.dataclass import dataclass, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
@@ -149,16 +151,28 @@ class _Search:
         self.states_cache: dict[tuple, stage_model.StageStates] = {}
         self.activations_cache: dict[tuple, LayoutActivations] = {}
         self._tensors: dict[tuple, list] = {}
-        self.inflight_cache: dict[tuple, tuple[int, ...]] = {}
+        self._fullest: dict[tuple, dict[tuple[int, ...], tuple[int, ...] | None]] = {}
+        self._allocated_limits: dict[tuple, int] = {}
         self._groupings: dict[tuple, tuple] = {}
         self._rates: dict[tuple, StateRates] = {}
         self._interned: dict[tuple, int] = {}
-        self.recomputed_cache: dict[tuple, float] = {}
+        self._recompute_ids: dict[Recompute, int] = {}
+        self._dims: dict[tuple, tuple[ParallelDims, int]] = {}
 
         self.searched = self.valid = 0
         self.rejections: dict[str, int] = {}
-        self.fits: list[_Fit] = []
+        # Each fitting layout as the fields of a _Fit, in their order (a _Fit is built only for
+        # those the ranking or a caller looks at: ``fits``).
+        self.found: list[tuple] = []
+        self._fits: list[_Fit] | None = None
         self.progress: _Progress | None = None
+
+    @property
+    def fits(self) -> list["_Fit"]:
+        """Every layout that fits, as found."""
+        if self._fits is None or len(self._fits) != len(self.found):
+            self._fits = [_Fit(*found) for found in self.found]
+        return self._fits
 
     # -- the space -----------------------------------------------------------------------------
 
@@ -197,10 +211,13 @@ class _Search:
         total = len(families) if progress is not None else 0
         for index, (tp, cp, pp, pipeline) in enumerate(families):
             if progress is not None:
-                progress(self.searched, len(self.fits), index + 1, total)
+                progress(self.searched, len(self.found), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
-            batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            # (the optimizer chosen, micro batch size, the optimizer derived, microbatches)
+            batches = [(chosen, mbs, shards_optimizer_states(derived), derived["num_microbatches"])
+                       for (chosen, mbs), derived in zip(chosen_batches, namespaces)]
             first = namespaces[0]
             family = self.family(pp, pipeline, tp, first)
             experts = self.expert_choices(tp)
@@ -215,13 +232,15 @@ class _Search:
             inner = verdicts.levels[RECOMPUTE] + verdicts.levels[SP]
             # The (recompute, sp) pairs the rules accept depend on the expert / batch choice only
             # through the dimensions the inner tables read.
-            outer_dims = sorted({d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)})
+            outer_dims = {d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)}
+            by_expert, by_batch = EXPERT in outer_dims, BATCH in outer_dims
+            batch_rules = bool(verdicts.levels[BATCH])
             accepted: dict[tuple, tuple[list, dict]] = {}
             choice = [0, 0, 0, 0]
-            fits, searched, valid = self.fits, 0, 0
+            found, searched, valid = self.found, 0, 0
             for e, (ep, etp) in enumerate(experts):
                 if progress is not None:
-                    progress(self.searched + searched, len(fits), index + 1, total)
+                    progress(self.searched + searched, len(found), index + 1, total)
                 choice[0] = e
                 code = verdicts.check(EXPERT, choice)
                 if code is not None:
@@ -230,31 +249,30 @@ class _Search:
                 layout = LayoutChoice(tp, cp, pp, ep, etp, pipeline)
                 memory = LayoutMemory(self, layout, family, first)
                 cost = LayoutCost(self, layout, family, memory.dims)
-                assess, step = memory.assess, cost.step
-                for b, (chosen, mbs) in enumerate(batches):
+                for b, (chosen, mbs, do, m) in enumerate(batches):
                     choice[1] = b
-                    code = verdicts.check(BATCH, choice)
-                    if code is not None:
-                        self._reject(code, per_batch)
-                        continue
-                    key = tuple(choice[d] for d in outer_dims)
+                    if batch_rules:
+                        code = verdicts.check(BATCH, choice)
+                        if code is not None:
+                            self._reject(code, per_batch)
+                            continue
+                    key = (by_expert and e, by_batch and b)
                     pairs = accepted.get(key)
                     if pairs is None:
                         pairs = accepted[key] = accepted_pairs(verdicts, choice, recomputes, sps)
                     ok, rejected = pairs
-                    for code, count in rejected.items():
-                        self._reject(code, count)
+                    if rejected:
+                        for code, count in rejected.items():
+                            self._reject(code, count)
                     searched += len(ok)
                     valid += len(ok)
-                    derived = namespaces[b]
-                    do = shards_optimizer_states(derived)
-                    if memory.states_exceed(do):
+                    exceed = memory._exceed.get(do)
+                    if exceed or (exceed is None and memory.states_exceed(do)):
                         continue
-                    m = derived["num_microbatches"]
-                    for r, rec, sp in ok:
-                        device = assess(do, mbs, m, r, rec, sp)
-                        if device is not None:
-                            fits.append(_Fit(step(m, rec, sp, do), device, memory, cost, mbs, m, do, rec, sp, chosen))
+                    fits = memory.assess_all(do, mbs, m, ok)
+                    if fits:
+                        for (r, rec, sp, device), step in zip(fits, cost.steps(m, do, fits)):
+                            found.append((step, device, memory, cost, mbs, m, do, rec, sp, chosen))
             self.searched += searched
             self.valid += valid
 
@@ -279,11 +297,13 @@ class _Search:
             family = self._families[key] = LayoutFamily(self, pipeline_stages(config), derived)
         return family
 
-    def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk) -> tuple[tuple[int, int], tuple[int, tuple]]:
+    def recompute_grouping(self, cfg, rec: Recompute, chunk_id: int, chunk, rid: int | None = None
+                           ) -> tuple[tuple[int, int], tuple[int, tuple]]:
         """model/stage.py ``recompute_groups`` of a chunk under this recompute choice, counted
         by layer kind (``kinds``: dense and MoE, or a hybrid's symbols): (layers of each kind
-        kept whole, (number of groups, distinct per-kind group counts))."""
-        key = (rec, chunk_id)
+        kept whole, (number of groups, distinct per-kind group counts))).  ``rid``:
+        ``recompute_id`` of ``rec``."""
+        key = (self.recompute_id(rec) if rid is None else rid, chunk_id)
         value = self._groupings.get(key)
         if value is None:
             cfg = replace(cfg, training=replace(cfg.training, recompute_granularity=rec.granularity,
@@ -297,6 +317,73 @@ class _Search:
 
             value = self._groupings[key] = (kinds(whole), (len(groups), tuple(sorted({kinds(g) for g in groups}))))
         return value
+
+    def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
+        """``fullest_state``'s cache for this schedule: weights -> the state (and None -> the
+        live states by count)."""
+        schedule = (pp, rank, vpp, m, group, combined_1f1b)
+        table = self._fullest.get(schedule)
+        if table is None:
+            table = self._fullest[schedule] = {}
+        return table
+
+    def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
+                      kept: tuple[int, ...], table: dict | None = None) -> tuple[int, ...] | None:
+        """Microbatches alive per chunk at the interleaved schedule's fullest moment for chunk
+        weights ``kept``, as ``microbatches_in_flight`` finds it: the first of model/layout.py
+        ``live_states`` with the largest weighted sum (None when no sum is above zero: nothing
+        is held).  The moment is the same for weights scaled by a positive factor, so this is
+        cached on the weights divided by their greatest common divisor (``table``: the
+        schedule's ``fullest_table``, when at hand)."""
+        scale = math.gcd(*kept)
+        weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
+        by_weights = self.fullest_table(pp, rank, vpp, m, group, combined_1f1b) if table is None else table
+        state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
+        if state is not by_weights:
+            return state
+        ranked = by_weights.get(None)
+        if ranked is None:
+            from megatron_estimator.model.layout import live_states
+
+            # (count, position, state), most microbatches first: a state's weighted sum is at
+            # most its count times the largest weight (the counts are not negative).
+            ranked = by_weights[None] = sorted(
+                ((sum(live), i, live) for i, live in enumerate(live_states(pp, rank, vpp, m, group, combined_1f1b))),
+                key=lambda entry: (-entry[0], entry[1]))
+        top = max(weights, default=0)
+        best, first, state = 0, -1, None
+        for count, i, live in ranked:
+            if count * top < best:
+                break                                   # no later state reaches the best
+            weight = sum(map(operator.mul, live, weights))
+            if weight > best or (weight == best and weight > 0 and i < first):
+                best, first, state = weight, i, live
+        by_weights[weights] = state
+        return state
+
+    def allocated_limit(self, fixed: int, fragmentation: float) -> int:
+        """The most allocated bytes whose ``stage.device_bytes`` is within the budget: it grows
+        with the allocated bytes (an integer plus a truncated non-negative multiple of it), so
+        a stage fits exactly when its allocated bytes are at most this."""
+        key = (fixed, fragmentation)
+        most = self._allocated_limits.get(key)
+        if most is None:
+            most = self._allocated_limits[key] = allocated_limit(self.budget, fixed, fragmentation)
+        return most
+
+    def dims_and_fixed(self, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int | None
+                       ) -> tuple[ParallelDims, int]:
+        """The ParallelDims of these sizes and their ``stage.fixed_device_bytes``."""
+        key = (tp, pp, cp, ep, etp, vpp)
+        found = self._dims.get(key)
+        if found is None:
+            dims = ParallelDims(self.world, tp, pp, cp, ep, etp, vpp)
+            found = self._dims[key] = (dims, stage_model.fixed_device_bytes(dims, self.moe, self.overheads))
+        return found
+
+    def recompute_id(self, rec: Recompute) -> int:
+        """A small int for a recompute choice, the same for equal choices (the caches' keys)."""
+        return self._recompute_ids.setdefault(rec, len(self._recompute_ids))
 
     def intern(self, structure: tuple) -> int:
         """A small int for a stage or chunk structure, the same for equal structures."""
@@ -393,6 +480,25 @@ class _Search:
             tensors = self._tensors[key] = chunk_tensors(config, chunk)
         return tensors
 
+    def stage_census(self, tp: int, ep: int, etp: int, group) -> tuple[int, int, int, int, int, int]:
+        """(dense elements, expert elements, dense tensors, chunks with dense tensors, expert
+        tensors, chunks with expert tensors) of a stage group's stage on one GPU
+        (``chunk_census`` of each chunk; the final norm's two tensors counted, its elements
+        not)."""
+        key = ("stage", tp, ep, etp, group.stage_id)
+        cached = self._layer_counts.get(key)
+        if cached is None:
+            dense = expert = n_dense = k_dense = n_expert = k_expert = 0
+            for cid, chunk in zip(group.chunk_ids, group.stage.chunks):
+                d, e, nd, ne = self.chunk_census(tp, ep, etp, cid, chunk)
+                if chunk.post_process:
+                    nd += 2                                    # the final norm: weight (and bias)
+                dense, expert = dense + d, expert + e
+                n_dense, k_dense = n_dense + nd, k_dense + (nd > 0)
+                n_expert, k_expert = n_expert + ne, k_expert + (ne > 0)
+            cached = self._layer_counts[key] = (dense, expert, n_dense, k_dense, n_expert, k_expert)
+        return cached
+
     def chunk_census(self, tp: int, ep: int, etp: int, chunk_id: int, chunk) -> tuple[int, int, int, int]:
         """(dense elements, expert elements, dense tensors, expert tensors) of a model chunk on
         one GPU: its decoder layers, embedding, output layer and MTP layers (the final norm is
@@ -454,18 +560,19 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         run.progress = _Progress(progress, clock, started)
     # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
     # built, none of them in a reference cycle: the cyclic collector would only walk them again
-    # and again (a sixth of the run), and reference counting frees everything else.
+    # and again (a sixth of the run), and reference counting frees everything else
+    # (and so would it while the best are ranked and verified, the caches still alive).
     collecting = gc.isenabled()
     gc.disable()
     try:
         run.run()
+        if run.valid == 0:
+            raise NoValidLayout(_no_valid_layout(run), run.searched)
+        chosen = _best(run.found, top)
+        candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     finally:
         if collecting:
             gc.enable()
-    if run.valid == 0:
-        raise NoValidLayout(_no_valid_layout(run), run.searched)
-    chosen = _best(run.fits, top)
-    candidates = tuple(candidate(run, fit, verify) for fit in chosen)
     notes = list(inp.notes)
     base_problems = run.base_problems
     if run.family_name == "hybrid":
@@ -483,23 +590,51 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     return Plan(
         source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
         budget_bytes=budget, budget_source=budget_source, candidates=candidates,
-        searched=run.searched, valid=run.valid, fitting=len(run.fits),
+        searched=run.searched, valid=run.valid, fitting=len(run.found),
         seconds=clock() - started, space=space, proxy=proxy,
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )
 
 
-def _best(fits: list[_Fit], top: int | None) -> list[_Fit]:
-    """The ``top`` best layouts by (proxy step, device peak).  The device peaks of the layouts
-    tied with the last of them on the proxy are made exact first, so the order is the one
-    exact peaks give."""
-    fits.sort(key=_Fit.sort_key)
-    if top is None or top >= len(fits):
-        window = fits
+def allocated_limit(budget: int, fixed: int, fragmentation: float) -> int:
+    """The largest integer x with ``stage.device_bytes(x, fixed, fragmentation) <= budget``
+    (the device bytes never decrease as x grows: fragmentation is not negative)."""
+    if fragmentation < 0:
+        raise ValueError("the planner needs a non-negative fragmentation")
+
+    def fits(x: int) -> bool:
+        return stage_model.device_bytes(x, fixed, fragmentation) <= budget
+
+    low = high = budget - fixed
+    step = 1
+    while fits(high):
+        low, high, step = high, high + step, step * 2
+    step = 1
+    while not fits(low):
+        high, low, step = low, low - step, step * 2
+    while high - low > 1:                         # fits(low), not fits(high)
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _best(found: list[tuple], top: int | None) -> list[_Fit]:
+    """The ``top`` best layouts by (proxy step, device peak), of the fitting layouts ``found``
+    (``_Search.found``).  The device peaks of the layouts tied with the last of them on the
+    proxy are made exact first, so the order is the one exact peaks give: the order of
+    sorting every layout by ``_Fit.sort_key``, taking those whose step is at most the
+    ``top``-th smallest, making their peaks exact and sorting again (the sorts are stable), for
+    which only the layouts taken need sorting."""
+    if top is None or top >= len(found):
+        window = [_Fit(*f) for f in found]
     else:
-        boundary = fits[top - 1].step
-        window = [fit for fit in fits if fit.step <= boundary]
+        boundary = heapq.nsmallest(top, [f[0] for f in found])[-1] if top > 0 else None
+        window = [_Fit(*f) for f in found if boundary is not None and f[0] <= boundary]
+    window.sort(key=_Fit.sort_key)
     for fit in window:
         fit.resolve()
     window.sort(key=_Fit.sort_key)
