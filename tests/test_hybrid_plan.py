@@ -25,6 +25,7 @@ TOY = ("--hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-
        "--vocab-size 1000 --bf16 --mamba-head-dim 16 --mamba-state-dim 8 --mamba-num-groups 2 "
        "--hidden-dropout 0 --micro-batch-size 1")
 MOE = " --num-experts 4 --moe-ffn-hidden-size 32 --moe-router-topk 2"
+BUDGET_DSA_OFFSET = 1_500_000_000   # between the fitting layouts with and without vpp
 SMALL_SPACE = plan_records.SearchSpace(micro_batch_sizes=(1, 2), max_virtual_stages=2,
                                        block_recompute_fractions=(0.5,), max_context_parallel=2)
 
@@ -59,11 +60,20 @@ CASES = [
                       "--position-embedding-type rope --linear-num-key-heads 4 --linear-num-value-heads 8 "
                       "--linear-key-head-dim 8 --linear-value-head-dim 8 --linear-conv-kernel-dim 4"),
      1_718_400_000, SMALL_SPACE),      # between the fitting layouts' device peaks (1.5999 - 1.6005 GiB)
+    # --dsa-indexer-skip-topk-offset 5: layers 1-5 compute their top-k, then every other one
+    # (dsa.py): the middle segments 'DDDD' (layers 3-6 and 7-10) build 3 and 2 indexers: the
+    # same symbols, other tensors.
+    (toy("DD|DDDD|DDDD|DD", "--sequence-parallel --disable-bias-linear --q-lora-rank 24 --kv-lora-rank 16 "
+                    "--qk-head-dim 8 --qk-pos-emb-head-dim 4 --v-head-dim 8 --dsa-indexer-n-heads 2 "
+                    "--dsa-indexer-head-dim 8 --dsa-indexer-topk 4 --dsa-indexer-topk-freq 2 "
+                    "--dsa-indexer-skip-topk-offset 5 --position-embedding-type rope"),
+     BUDGET_DSA_OFFSET, SMALL_SPACE),
 ]
 
 
 @pytest.mark.parametrize("text, budget, space", CASES,
-                         ids=["pipe-free", "pipes-moe-mtp", "moe-fsdp", "fp8", "fine-grained-offload", "gdn-dsa-shared-top-k"])
+                         ids=["pipe-free", "pipes-moe-mtp", "moe-fsdp", "fp8", "fine-grained-offload", "gdn-dsa-shared-top-k",
+                              "dsa-top-k-offset"])
 def test_every_hybrid_layout_agrees_with_the_estimator(text, budget, space):
     searched, valid, codes, fits = brute_force(text, 4, 16, budget, space)
     plan = api.plan(argv(text), world_size=4, global_batch_size=16, budget=budget, top=None, space=space,
