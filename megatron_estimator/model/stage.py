@@ -24,8 +24,9 @@ from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryByte
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
-from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count, layer_kind, layer_template
-from megatron_estimator.model.states import ModelStates, model_states
+from megatron_estimator.model.parameters import (ParamTensor, chunk_blocks, chunk_structure, chunk_tensors,
+                                                 count, layer_kind, layer_runs, layer_template, weighted)
+from megatron_estimator.model.states import ModelStates, model_states, model_states_of_blocks
 
 
 
@@ -60,11 +61,22 @@ def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance
     # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
     # layer in transit is a transient.
     offloaded = set(chunk.layers[:config.training.cpu_offloading_num_layers])
-    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole if i not in offloaded)
+    # A layer's activations depend on its kind (hybrid symbol, MoE or not) only: one figure per kind.
+    m = config.model
+    by_kind: dict = {}
+
+    def total(i: int) -> int:
+        key = (m.layer_kind(i), m.is_moe_layer(i))
+        value = by_kind.get(key)
+        if value is None:
+            value = by_kind[key] = act.layer_activations(config, i, imbalance).total
+        return value
+
+    kept = sum(total(i) for i in whole if i not in offloaded) if offloaded else sum(map(total, whole))
     kept += len(groups) * act.layer_input_bytes(config)
     recompute_peak = 0
     for group in groups:
-        rematerialized = sum(act.layer_activations(config, i, imbalance).total for i in group)
+        rematerialized = sum(total(i) for i in group)
         recompute_peak = max(recompute_peak, rematerialized)
     if chunk.pre_process:
         kept += act.embedding_activations(config)
@@ -215,9 +227,21 @@ def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> S
 @lru_cache(maxsize=4096)
 def stage_parameters(config: EstimatorConfig, stage: StageLayout) -> tuple[int, StageStates]:
     """(parameters, ``stage_states``) of one stage: a function of the configuration and the
-    stage's structure alone (memoised on them, like the activations)."""
-    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
-    return sum(count(t).total for t in tensors), stage_states(config, tensors)
+    stage's structure alone (memoised on them, like the activations): its chunks' records as
+    runs of layer kinds (model/parameters.py ``chunk_blocks``), so stages whose chunks hold the
+    same runs share one answer, and its cost does not grow with the layers."""
+    return _structure_parameters(config, tuple(chunk_structure(config, chunk) for chunk in stage.chunks))
+
+
+@lru_cache(maxsize=4096)
+def _structure_parameters(config: EstimatorConfig, structure: tuple) -> tuple[int, StageStates]:
+    blocks = [chunk_blocks(config, s) for s in structure]
+    params = sum(b.repeats * t.numel * t.count for chunk in blocks for b in chunk for t in b.records)
+    load = resume_load(config)
+    exchange = 0
+    if load is not None and load.exchanges:
+        exchange = load_exchange_bytes(config, [weighted(chunk) for chunk in blocks])
+    return params, StageStates(model_states_of_blocks(config, blocks), exchange)
 
 
 class StageTerms(NamedTuple):
@@ -412,7 +436,7 @@ def _total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) 
         for chunk in stage.chunks:
             rest = replace(chunk, layers=())
             total += _parameters_of(config, ((StageLayout(stage.pp_rank, (rest,))),), [[chunk_tensors(config, rest)]])
-            total += sum(_layer_parameters(config, layer_kind(config, i)) for i in chunk.layers)
+            total += sum(n * _layer_parameters(config, kind) for kind, n in layer_runs(config, chunk.layers))
     return total
 
 
