@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 from typing import NamedTuple
 
 from megatron_estimator.config.typed import EstimatorConfig
@@ -370,16 +371,27 @@ class RecordBlock(NamedTuple):
     layers: bool = False
 
 
+@lru_cache(maxsize=4096)
 def layer_runs(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[tuple[str | bool, int], ...]:
     """The decoder layers as runs of one ``layer_kind``: (kind, consecutive layers)."""
-    runs: list[list] = []
-    for i in layers:
-        kind = layer_kind(config, i)
-        if runs and runs[-1][0] == kind:
-            runs[-1][1] += 1
-        else:
-            runs.append([kind, 1])
-    return tuple((kind, n) for kind, n in runs)
+    if not layers:
+        return ()
+    m = config.model
+    if m.hybrid is None:
+        if m.moe is None:
+            return ((False, len(layers)),)
+        pattern = m.moe.layer_pattern
+        kinds = [pattern[i] for i in layers]
+    else:
+        kinds = [layer_kind(config, i) for i in layers]
+    return tuple((kind, len(list(group))) for kind, group in groupby(kinds))
+
+
+@lru_cache(maxsize=1024)
+def representative_layer(config: EstimatorConfig, kind: str | bool) -> int:
+    """The first decoder layer of this ``layer_kind``: what a layer of the kind holds (its
+    records, its activations) is read from it."""
+    return next(i for i in range(config.model.num_layers) if layer_kind(config, i) == kind)
 
 
 def chunk_structure(config: EstimatorConfig, chunk: ModelChunk) -> tuple:
