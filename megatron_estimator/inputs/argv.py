@@ -253,8 +253,8 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
                 continue
             values = tokens[start:i]
 
-        indexes = [option_index] if explicit is not None else list(range(i - len(values), i))
-        if any(k in opaque for k in indexes):
+        if opaque and any(k in opaque for k in ([option_index] if explicit is not None
+                                                 else range(i - len(values), i))):
             try:
                 converted_values = [convert_value(spec, text) for text in values]
             except (FlagChoiceError, FlagValueError):

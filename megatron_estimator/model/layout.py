@@ -43,6 +43,8 @@ class StageLayout:
 
     @property
     def layers(self) -> tuple[int, ...]:
+        if len(self.chunks) == 1:
+            return self.chunks[0].layers
         return tuple(i for chunk in self.chunks for i in chunk.layers)
 
     @property

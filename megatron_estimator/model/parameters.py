@@ -55,6 +55,7 @@ from):
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import groupby
 
 from megatron_estimator.core.dataclass import NamedTuple, dataclass
 
@@ -359,15 +360,95 @@ def _chunk_records(config: EstimatorConfig, chunk: ModelChunk) -> tuple[ParamTen
         tensors += embedding_tensors(config)
     for i in chunk.layers:
         tensors += layer_tensors(config, i, f"decoder.layers.{i}.")
-    if chunk.post_process:
+    tensors += _chunk_tail(config, chunk.post_process, chunk.mtp_layers, chunk.output_weight)
+    return tuple(tensors)
+
+
+class RecordBlock(NamedTuple):
+    """A run of a chunk's records in module order, repeated ``repeats`` times: the records of
+    one decoder layer kind standing for ``repeats`` consecutive layers of that kind (``layers``
+    True: each repeat is one decoder layer, an FSDP unit, and the records are named without
+    their ``decoder.layers.<i>.`` prefix), or a chunk's other records once.  The records may
+    themselves hold expert blocks (``ParamTensor.count`` / ``span``).  So building and walking
+    a chunk's records costs per run of a layer kind, not per layer (model/states.py
+    ``model_states_of_blocks``)."""
+    records: tuple[ParamTensor, ...]
+    repeats: int = 1
+    layers: bool = False
+
+
+@lru_cache(maxsize=4096)
+def layer_runs(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[tuple[str | bool, int], ...]:
+    """The decoder layers as runs of one ``layer_kind``: (kind, consecutive layers)."""
+    if not layers:
+        return ()
+    m = config.model
+    if m.hybrid is None:
+        if m.moe is None:
+            return ((False, len(layers)),)
+        pattern = m.moe.layer_pattern
+        kinds = [pattern[i] for i in layers]
+    else:
+        kinds = [layer_kind(config, i) for i in layers]
+    return tuple((kind, len(list(group))) for kind, group in groupby(kinds))
+
+
+@lru_cache(maxsize=1024)
+def representative_layer(config: EstimatorConfig, kind: str | bool) -> int:
+    """The first decoder layer of this ``layer_kind``: what a layer of the kind holds (its
+    records, its activations) is read from it."""
+    return next(i for i in range(config.model.num_layers) if layer_kind(config, i) == kind)
+
+
+def chunk_structure(config: EstimatorConfig, chunk: ModelChunk) -> tuple:
+    """What a chunk's records depend on besides the configuration: the embedding, the runs of
+    decoder layer kinds (not the layers' numbers), the final norm, MTP layers, output weight."""
+    return (chunk.embedding, layer_runs(config, chunk.layers), chunk.post_process, chunk.mtp_layers,
+            chunk.output_weight)
+
+
+@lru_cache(maxsize=1024)
+def chunk_blocks(config: EstimatorConfig, structure: tuple) -> tuple[RecordBlock, ...]:
+    """A chunk's records (``chunk_structure``) as ``RecordBlock`` runs: its embedding, one block
+    per run of a decoder layer kind (the kind's ``layer_template``), then the final norm, MTP
+    layers and output weight.  Written out (each layer's records under its prefix), they are
+    ``chunk_tensors``."""
+    embedding, runs, post_process, mtp_layers, output_weight = structure
+    blocks: list[RecordBlock] = []
+    if embedding:
+        blocks.append(RecordBlock(tuple(embedding_tensors(config))))
+    for kind, n in runs:
+        blocks.append(RecordBlock(layer_template(config, kind), n, True))
+    rest = _chunk_tail(config, post_process, mtp_layers, output_weight)
+    if rest:
+        blocks.append(RecordBlock(rest))
+    return tuple(blocks)
+
+
+def _chunk_tail(config: EstimatorConfig, post_process: bool, mtp_layers: int,
+                output_weight: bool) -> tuple[ParamTensor, ...]:
+    tensors: list[ParamTensor] = []
+    if post_process:
         tensors += _norm("decoder.final_layernorm", config.model.hidden_size, config.model.normalization)
-    for j in range(chunk.mtp_layers):
+    for j in range(mtp_layers):
         tensors += mtp_tensors(config, j)
-    if chunk.output_weight:
+    if output_weight:
         tensors.append(ParamTensor("output_layer.weight",
                                    config.model.padded_vocab_size // config.parallel.tp * config.model.hidden_size,
                                    kind="embedding"))
     return tuple(tensors)
+
+
+def weighted(blocks: tuple[RecordBlock, ...]) -> list[ParamTensor]:
+    """The blocks' records once each, ``count`` multiplied by the block's repeats: for sums
+    over records (elements, bytes by kind), not for the buffer layout (whose order it loses)."""
+    out: list[ParamTensor] = []
+    for b in blocks:
+        if b.repeats == 1:
+            out += b.records
+        else:
+            out += [t._replace(count=t.count * b.repeats) for t in b.records]
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryByte
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
-from megatron_estimator.model.parameters import ParamTensor, chunk_tensors, count, layer_kind, layer_template
-from megatron_estimator.model.states import ModelStates, model_states
+from megatron_estimator.model.parameters import (ParamTensor, chunk_blocks, chunk_structure, chunk_tensors,
+                                                 SHARED_TOPK_DSA, count, layer_kind, layer_runs, layer_template,
+                                                 representative_layer, weighted)
+from megatron_estimator.model.states import ModelStates, model_states, model_states_of_blocks
 
 
 
@@ -49,30 +51,49 @@ class ChunkActivations(NamedTuple):
     recompute_peak: int     # the largest recompute group re-materialized during its backward
 
 
-def _chunk_kept(config: EstimatorConfig, chunk: ModelChunk, imbalance: float) -> int:
-    return chunk_activation_bytes(config, chunk, imbalance).kept
-
-
 @lru_cache(maxsize=4096)
 def chunk_activation_bytes(config: EstimatorConfig, chunk: ModelChunk, imbalance: float = 0.0) -> ChunkActivations:
     """What one microbatch keeps alive in this chunk, and the largest recompute re-materialization
-    (memoised on the configuration and the chunk, like each layer's activations)."""
-    groups, whole = recompute_groups(config, chunk.layers)
-    # --cpu-offloading-num-layers N: the first N layers' activations go to the host after their
-    # forward (megatron/core/transformer/transformer_block.py get_cpu_offload_context); the
-    # layer in transit is a transient.
-    offloaded = set(chunk.layers[:config.training.cpu_offloading_num_layers])
-    kept = sum(act.layer_activations(config, i, imbalance).total for i in whole if i not in offloaded)
+    (memoised on the configuration and the chunk, like each layer's activations; computed once
+    per run of decoder layer kinds, ``_chunk_activations``)."""
+    return _chunk_activations(config, layer_runs(config, chunk.layers), chunk.pre_process, chunk.post_process,
+                              chunk.mtp_layers, imbalance)
+
+
+def _kind_activations(config: EstimatorConfig, kind, imbalance: float = 0.0) -> int:
+    """A decoder layer of this ``layer_kind`` (its activations depend on the kind alone: the
+    hybrid symbol, MoE or not)."""
+    return act.layer_activations(config, representative_layer(config, kind), imbalance).total
+
+
+@lru_cache(maxsize=4096)
+def _chunk_activations(config: EstimatorConfig, runs: tuple, pre_process: bool, post_process: bool,
+                       mtp_layers: int, imbalance: float) -> ChunkActivations:
+    """``chunk_activation_bytes`` of a chunk with these runs of layer kinds (``layer_runs``)."""
+    tr = config.training
+    by_kind = {kind: _kind_activations(config, kind, imbalance) for kind, _ in runs}
+    if tr.recompute_granularity != "full" and not tr.cpu_offloading_num_layers:
+        kept, groups, kinds = sum(n * by_kind[kind] for kind, n in runs), [], ()
+    else:
+        # Recompute groups and offloaded layers by position in the chunk.
+        kinds = tuple(kind for kind, n in runs for _ in range(n))
+        positions = tuple(range(len(kinds)))
+        groups, whole = recompute_groups(config, positions)
+        # --cpu-offloading-num-layers N: the first N layers' activations go to the host after
+        # their forward (megatron/core/transformer/transformer_block.py
+        # get_cpu_offload_context); the layer in transit is a transient.
+        offloaded = set(positions[:tr.cpu_offloading_num_layers])
+        kept = sum(by_kind[kinds[i]] for i in whole if i not in offloaded)
     kept += len(groups) * act.layer_input_bytes(config)
     recompute_peak = 0
     for group in groups:
-        rematerialized = sum(act.layer_activations(config, i, imbalance).total for i in group)
+        rematerialized = sum(by_kind[kinds[i]] for i in group)
         recompute_peak = max(recompute_peak, rematerialized)
-    if chunk.pre_process:
+    if pre_process:
         kept += act.embedding_activations(config)
-    if chunk.post_process:
+    if post_process:
         kept += act.loss_activations(config)[0]
-    kept += chunk.mtp_layers * act.mtp_layer_activations(config)
+    kept += mtp_layers * act.mtp_layer_activations(config)
     return ChunkActivations(kept, recompute_peak)
 
 
@@ -82,21 +103,29 @@ def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]
     outgoing [s, b, h] gradients."""
     if not layers:
         return 0
+    hy = config.model.hybrid
+    return _backward_working_set(config, frozenset(hy.layer_kinds[i] for i in layers) if hy is not None else frozenset())
+
+
+@lru_cache(maxsize=1024)
+def _backward_working_set(config: EstimatorConfig, symbols: frozenset) -> int:
+    """``_layer_backward_working_set`` of layers with these hybrid pattern symbols (none for a
+    GPT decoder)."""
     m, d = config.model, act.dims(config)
     fc1 = (2 if m.gated_linear_unit else 1) * m.ffn_hidden_size
     widest = d.act * d.tokens * fc1 // d.t
     hy = m.hybrid
-    if hy is not None and any(hy.layer_kinds[i] == "M" for i in layers):
+    if hy is not None and "M" in symbols:
         # A Mamba layer's in_proj output gradient (zxBCdt).
         widest = max(widest, d.act * d.tokens * act.mamba_zxbcdt_width(config))
-    if hy is not None and hy.gdn is not None and any(hy.layer_kinds[i] == "G" for i in layers):
+    if hy is not None and hy.gdn is not None and "G" in symbols:
         # A gated delta net layer's in_proj output gradient.
         from megatron_estimator.config.hybrid import gdn_in_proj_width
         g = hy.gdn
         width = gdn_in_proj_width(g.variant, g.key_heads * g.key_head_dim, g.value_heads * g.value_head_dim,
                                   g.value_heads) // d.t
         widest = max(widest, d.act * d.tokens * width)
-    if (hy is not None and hy.dsa is not None and any(hy.layer_kinds[i] == "D" for i in layers)
+    if (hy is not None and hy.dsa is not None and "D" in symbols
             and (hy.dsa.kernel_backend == "none" or config.kernels.attention_backend == "unfused")):
         # DSA's PyTorch sparse attention: the fp32 gradients of its probabilities and exponentials.
         scores = d.b * (m.num_attention_heads // d.t) * d.s * d.s * config.parallel.cp
@@ -169,28 +198,43 @@ def _global_buffers(config: EstimatorConfig) -> int:
     return d.act * d.b * (config.model.num_attention_heads // d.t) * d.s * d.s
 
 
+def stage_structure(config: EstimatorConfig, stage: StageLayout) -> tuple:
+    """What a stage's model states, activations and transients depend on besides the
+    configuration: each chunk's ``chunk_structure`` (runs of layer kinds, not the layers'
+    numbers) and whether the embedding runs there.  Stages alike in it share those figures."""
+    return tuple((chunk_structure(config, chunk), chunk.pre_process) for chunk in stage.chunks)
+
+
 def stage_transients(config: EstimatorConfig, stage: StageLayout, per_chunk: tuple[ChunkActivations, ...],
                      compute_capability: float) -> dict[str, int]:
     """What may be alive on top of the stage's saved activations at its fullest moment, by
     moment; the peak takes the largest.  ``per_chunk``: ``chunk_activation_bytes`` of each
     model chunk."""
-    transients = {"layer backward": _layer_backward_working_set(config, stage.layers)}
-    if config.training.cpu_offloading_num_layers and stage.layers:
+    return _transients(config, stage_structure(config, stage), per_chunk, compute_capability)
+
+
+def _transients(config: EstimatorConfig, structure: tuple, per_chunk: tuple[ChunkActivations, ...],
+                compute_capability: float) -> dict[str, int]:
+    # The stage's decoder layer kinds (what each layer's figures depend on).
+    kinds = {kind for chunk, _ in structure for kind, _ in chunk[1]}
+    symbols = frozenset(("D" if kind == SHARED_TOPK_DSA else kind) for kind in kinds if isinstance(kind, str))
+    transients = {"layer backward": _backward_working_set(config, symbols) if kinds else 0}
+    if config.training.cpu_offloading_num_layers and kinds:
         transients["offload in flight"] = transients["layer backward"] + max(
-            act.layer_activations(config, i).total for i in stage.layers)
-    if config.offload.fine_grained and stage.layers:
+            _kind_activations(config, kind) for kind in kinds)
+    if config.offload.fine_grained and kinds:
         # The layer running now has not been offloaded yet (and one is being reloaded).
         transients["offload in flight"] = transients["layer backward"] + max(
-            act.offloaded_bytes(config, i) for i in stage.layers)
-    if config.training.overlap_moe_expert_parallel_comm and stage.layers:
+            act.offloaded_bytes(config, representative_layer(config, kind)) for kind in kinds)
+    if config.training.overlap_moe_expert_parallel_comm and kinds:
         # Combined 1F1B: a layer of the next microbatch's forward runs beside a layer of this
         # one's backward (megatron/core/pipeline_parallel/combined_1f1b.py).
         transients["overlapped forward"] = transients["layer backward"] + max(
-            act.layer_activations(config, i).total for i in stage.layers)
+            _kind_activations(config, kind) for kind in kinds)
     recompute = max((c.recompute_peak for c in per_chunk), default=0)
     if recompute:
         transients["recompute"] = recompute
-    if stage.post_process:
+    if any(chunk[2] for chunk, _ in structure):
         transients["loss"] = _loss_transient(config, compute_capability)
     return transients
 
@@ -217,9 +261,21 @@ def stage_states(config: EstimatorConfig, tensors: list[list[ParamTensor]]) -> S
 @lru_cache(maxsize=4096)
 def stage_parameters(config: EstimatorConfig, stage: StageLayout) -> tuple[int, StageStates]:
     """(parameters, ``stage_states``) of one stage: a function of the configuration and the
-    stage's structure alone (memoised on them, like the activations)."""
-    tensors = [chunk_tensors(config, chunk) for chunk in stage.chunks]
-    return sum(count(t).total for t in tensors), stage_states(config, tensors)
+    stage's structure alone (memoised on them, like the activations): its chunks' records as
+    runs of layer kinds (model/parameters.py ``chunk_blocks``), so stages whose chunks hold the
+    same runs share one answer, and its cost does not grow with the layers."""
+    return _structure_parameters(config, tuple(chunk_structure(config, chunk) for chunk in stage.chunks))
+
+
+@lru_cache(maxsize=4096)
+def _structure_parameters(config: EstimatorConfig, structure: tuple) -> tuple[int, StageStates]:
+    blocks = [chunk_blocks(config, s) for s in structure]
+    params = sum(b.repeats * t.numel * t.count for chunk in blocks for b in chunk for t in b.records)
+    load = resume_load(config)
+    exchange = 0
+    if load is not None and load.exchanges:
+        exchange = load_exchange_bytes(config, [weighted(chunk) for chunk in blocks])
+    return params, StageStates(model_states_of_blocks(config, blocks), exchange)
 
 
 class StageTerms(NamedTuple):
@@ -264,24 +320,26 @@ def stage_terms(config: EstimatorConfig, stage: StageLayout, overheads: Overhead
     if shared is None:
         shared = shared_terms(config, overheads, environ)
     if chunks is None:
-        return _stage_terms(config, stage, overheads.compute_capability, shared)
-    return _terms_of(config, stage, chunks, overheads.compute_capability, shared)
+        return _stage_terms(config, stage_structure(config, stage), overheads.compute_capability, shared)
+    return _terms_of(config, stage_structure(config, stage), chunks, overheads.compute_capability, shared)
 
 
 @lru_cache(maxsize=4096)
-def _stage_terms(config: EstimatorConfig, stage: StageLayout, compute_capability: float,
+def _stage_terms(config: EstimatorConfig, structure: tuple, compute_capability: float,
                  shared: SharedTerms) -> StageTerms:
-    """``stage_terms`` from the configuration, the stage, the GPU and the shared terms alone."""
-    chunks = tuple(chunk_activation_bytes(config, chunk) for chunk in stage.chunks)
-    return _terms_of(config, stage, chunks, compute_capability, shared)
+    """``stage_terms`` from the configuration, the stage's ``stage_structure``, the GPU and the
+    shared terms alone."""
+    chunks = tuple(_chunk_activations(config, chunk[1], pre_process, chunk[2], chunk[3], 0.0)
+                   for chunk, pre_process in structure)
+    return _terms_of(config, structure, chunks, compute_capability, shared)
 
 
-def _terms_of(config: EstimatorConfig, stage: StageLayout, chunks: tuple[ChunkActivations, ...],
+def _terms_of(config: EstimatorConfig, structure: tuple, chunks: tuple[ChunkActivations, ...],
               compute_capability: float, shared: SharedTerms) -> StageTerms:
-    transients = stage_transients(config, stage, chunks, compute_capability)
+    transients = _transients(config, structure, chunks, compute_capability)
     moment = max(transients, key=transients.get)
     transient = transients[moment]
-    batch = shared.batch_tensors if (stage.pre_process or stage.post_process) else 0
+    batch = shared.batch_tensors if any(pre or chunk[2] for chunk, pre in structure) else 0
     return StageTerms(chunks, moment, transient, shared.cublas_workspace, shared.te_workspace, batch,
                       shared.global_buffers, tuple([c.kept for c in chunks]),
                       transient + shared.cublas_workspace + shared.te_workspace + batch + shared.global_buffers)
@@ -327,13 +385,16 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     per microbatch (``stage_terms``) and the microbatches the schedule keeps alive
     (``layout.microbatches_in_flight``)."""
     p = config.parallel
+    structure = stage_structure(config, stage)
     if tensors is None:
-        params, held_states = stage_parameters(config, stage)
+        params, held_states = _structure_parameters(config, tuple(chunk for chunk, _ in structure))
     else:
         params, held_states = sum(count(t).total for t in tensors), stage_states(config, tensors)
     states = held_states.states
 
-    terms = stage_terms(config, stage, overheads, environ, shared=shared)
+    if shared is None:
+        shared = shared_terms(config, overheads, environ)
+    terms = _stage_terms(config, structure, overheads.compute_capability, shared)
     weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
@@ -364,8 +425,9 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     )
     imbalanced = None
     if config.model.moe is not None and overheads.routing_imbalance > 0:
-        hot = sum(n * _chunk_kept(config, chunk, overheads.routing_imbalance)
-                  for n, chunk in zip(inflight.chunk_microbatches, stage.chunks))
+        hot = sum(n * _chunk_activations(config, chunk[1], pre_process, chunk[2], chunk[3],
+                                         overheads.routing_imbalance).kept
+                  for n, (chunk, pre_process) in zip(inflight.chunk_microbatches, structure))
         extra = hot - (activations - deferred)
         hot_total = memory.total + extra
         imbalanced = hot_total + device.cuda_context + device.communication_buffers + int(
@@ -412,10 +474,18 @@ def _total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...]) 
     total = 0
     for stage in stages:
         for chunk in stage.chunks:
-            rest = replace(chunk, layers=())
-            total += _parameters_of(config, ((StageLayout(stage.pp_rank, (rest,))),), [[chunk_tensors(config, rest)]])
-            total += sum(_layer_parameters(config, layer_kind(config, i)) for i in chunk.layers)
+            total += _rest_parameters(config, chunk.embedding, chunk.pre_process, chunk.post_process,
+                                      chunk.mtp_layers, chunk.output_weight)
+            total += sum(n * _layer_parameters(config, kind) for kind, n in layer_runs(config, chunk.layers))
     return total
+
+
+@lru_cache(maxsize=1024)
+def _rest_parameters(config: EstimatorConfig, embedding: bool, pre_process: bool, post_process: bool,
+                     mtp_layers: int, output_weight: bool) -> int:
+    """Parameters of the whole model's copy of a chunk's records besides its decoder layers."""
+    rest = ModelChunk(0, 0, (), embedding, pre_process, post_process, output_weight, mtp_layers)
+    return _parameters_of(config, (StageLayout(0, (rest,)),), [[chunk_tensors(config, rest)]])
 
 
 @lru_cache(maxsize=1024)

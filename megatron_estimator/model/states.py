@@ -26,7 +26,7 @@ import math
 from megatron_estimator.core.dataclass import dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
-from megatron_estimator.model.parameters import ParamTensor, expanded
+from megatron_estimator.model.parameters import ParamTensor, RecordBlock, expanded
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -52,51 +52,98 @@ def _buffer_numel(tensors: list[ParamTensor], bucket_size: int | None, dp_shard:
     of ``lcm(dp_shard, 128)``.  A block of grouped records (``ParamTensor.count`` repeats of
     ``span`` records: the local experts) is walked as that many repeats without writing them
     out (``_repeat_block``): the same integers as one record per tensor."""
+    return _blocks_numel(((tensors, 1),), bucket_size, dp_shard, padded, shared_embedding)
+
+
+def _walk_items(records) -> list:
+    """A run of records in walk (reverse) order as ``_repeat_block`` items: a tensor's size, or
+    (items, count) for a block of grouped records."""
+    items: list = []
+    i = len(records)
+    while i > 0:
+        t = records[i - 1]
+        if t.span > 1 or t.count > 1:
+            items.append(([b.numel for b in reversed(records[i - t.span:i])], t.count))
+            i -= t.span
+        else:
+            items.append(t.numel)
+            i -= 1
+    return items
+
+
+def _blocks_numel(blocks, bucket_size: int | None, dp_shard: int, padded: bool,
+                  shared_embedding: bool) -> int:
+    """``_buffer_numel`` of the records of these (records, repeats) runs in module order, each
+    run's records walked ``repeats`` times over (model/parameters.py ``RecordBlock``)."""
     if not padded:
-        return sum(t.numel * t.count for t in tensors)
+        return sum(repeats * t.numel * t.count for records, repeats in blocks for t in records)
     divisor = math.lcm(dp_shard, 128)
     # The walk's state, relative to the open bucket: ``base`` where it starts (a multiple of
     # ``divisor``, so of 64), ``off`` where the last tensor ended, ``has`` whether it holds one.
     base = off = 0
     has = False
-    i = len(tensors)
-    while i > 0:
-        tensor = tensors[i - 1]
-        if tensor.span > 1 or tensor.count > 1:
-            block = tensors[i - tensor.span:i]
-            i -= tensor.span
-            base, off, has = _repeat_block([t.numel for t in reversed(block)], tensor.count,
-                                           base, off, has, bucket_size, divisor)
+    for tensors, repeats in reversed(blocks):
+        if repeats != 1:
+            # A run of identical decoder layers (no tied embedding among them): ``repeats``
+            # repeats of one layer's walk, nested expert blocks included.
+            base, off, has = _repeat_block(_walk_items(tensors), repeats, base, off, has, bucket_size, divisor)
             continue
-        i -= 1
-        off = -(-off // 64) * 64
-        own_bucket = shared_embedding and tensor.name in ("embedding.word_embeddings.weight",
-                                                          "output_layer.weight")
-        if own_bucket and has:
-            base += -(-off // divisor) * divisor
-            off = 0
-        end = off + tensor.numel
-        if (bucket_size is not None and end >= bucket_size) or own_bucket:
-            base += -(-end // divisor) * divisor
-            off, has = 0, False
-        else:
-            off, has = end, True
+        i = len(tensors)
+        while i > 0:
+            tensor = tensors[i - 1]
+            if tensor.span > 1 or tensor.count > 1:
+                block = tensors[i - tensor.span:i]
+                i -= tensor.span
+                base, off, has = _repeat_block([t.numel for t in reversed(block)], tensor.count,
+                                               base, off, has, bucket_size, divisor)
+                continue
+            i -= 1
+            off = -(-off // 64) * 64
+            own_bucket = shared_embedding and tensor.name in ("embedding.word_embeddings.weight",
+                                                              "output_layer.weight")
+            if own_bucket and has:
+                base += -(-off // divisor) * divisor
+                off = 0
+            end = off + tensor.numel
+            if (bucket_size is not None and end >= bucket_size) or own_bucket:
+                base += -(-end // divisor) * divisor
+                off, has = 0, False
+            else:
+                off, has = end, True
     if has:
         return base + -(-off // divisor) * divisor
     return base
 
 
-def _repeat_block(sizes: list[int], count: int, base: int, off: int, has: bool,
+def _stride_reach(sizes: list) -> tuple[int, int]:
+    """(stride, reach) of one repeat of these items started at a 64-aligned offset: how far it
+    advances the next start (each size rounded up to 64, a nested block ``count`` times its
+    own stride) and where its last tensor ends past that start."""
+    stride = 0
+    for n in sizes:
+        if isinstance(n, tuple):
+            stride += n[1] * _stride_reach(n[0])[0]
+        else:
+            stride += -(-n // 64) * 64
+    last = sizes[-1]
+    while isinstance(last, tuple):
+        last = last[0][-1]
+    return stride, stride - (-(-last // 64) * 64 - last)
+
+
+def _repeat_block(sizes: list, count: int, base: int, off: int, has: bool,
                   bucket_size: int | None, divisor: int) -> tuple[int, int, bool]:
     """The layout walk's state after ``count`` repeats of tensors of these ``sizes`` (in walk
-    order), as if each were walked one by one.  A repeat that starts at a 64-aligned offset
-    advances it by ``stride`` (each size rounded up to 64) and its last tensor ends ``reach``
-    past that start; repeats that close no bucket are skipped at once, and once the state at
-    a repeat's start recurs, whole cycles of repeats are skipped: exact integers throughout."""
+    order; an item may itself be a block, (sizes, count), walked the same way: a decoder
+    layer's local experts inside a run of layers), as if each were walked one by one.  A
+    repeat that starts at a 64-aligned offset advances it by ``stride`` (each size rounded up
+    to 64) and its last tensor ends ``reach`` past that start; repeats that close no bucket
+    are skipped at once, and once the state at a repeat's start recurs, whole cycles of
+    repeats are skipped: exact integers throughout."""
+    sizes = [n for n in sizes if not isinstance(n, tuple) or (n[1] > 0 and n[0])]
     if count <= 0 or not sizes:
         return base, off, has
-    stride = sum(-(-n // 64) * 64 for n in sizes)
-    reach = stride - (-(-sizes[-1] // 64) * 64 - sizes[-1])
+    stride, reach = _stride_reach(sizes)
     if bucket_size is None:
         return base, -(-off // 64) * 64 + (count - 1) * stride + reach, True
     seen: dict[tuple[int, bool], tuple[int, int]] | None = {} if stride else None
@@ -121,6 +168,9 @@ def _repeat_block(sizes: list[int], count: int, base: int, off: int, has: bool,
             done += skip
             continue
         for n in sizes:
+            if isinstance(n, tuple):
+                base, off, has = _repeat_block(n[0], n[1], base, off, has, bucket_size, divisor)
+                continue
             end = -(-off // 64) * 64 + n
             if end >= bucket_size:
                 base += -(-end // divisor) * divisor
@@ -133,6 +183,14 @@ def _repeat_block(sizes: list[int], count: int, base: int, off: int, has: bool,
 
 def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]]) -> ModelStates:
     """Model states of one GPU holding these model chunks (one tensor list per chunk)."""
+    return model_states_of_blocks(config, [(RecordBlock(tuple(tensors)),) for tensors in chunks_tensors])
+
+
+def model_states_of_blocks(config: EstimatorConfig, chunks_blocks) -> ModelStates:
+    """``model_states`` of chunks given as ``RecordBlock`` runs (model/parameters.py
+    ``chunk_blocks``): sums weigh each record by its block's repeats, the buffer layout walks
+    each run as that many repeats (``_blocks_numel``): the same integers as the records
+    written out one per tensor, per layer."""
     prec, opt = config.precision, config.optimizer
     p = config.parallel
     param_bytes = DTYPE_BYTES[prec.params_dtype]
@@ -160,10 +218,16 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     weights = gradients = master = moments = padding = fp8_copies = 0
     unit_param_bytes = 0        # Megatron-FSDP: FSDP-unit (transformer layer) parameters, unsharded
     master_bytes = master_param_bytes(config)
-    for tensors in chunks_tensors:
-        groups: tuple[list[ParamTensor], list[ParamTensor]] = ([], [])
-        for t in tensors:
-            groups[t.expert].append(t)
+    for blocks in chunks_blocks:
+        # Each block's records split into dense and expert ones (an expert block stays whole).
+        groups: tuple[list, list] = ([], [])
+        for b in blocks:
+            dense = [t for t in b.records if not t.expert]
+            expert_records = [t for t in b.records if t.expert] if len(dense) < len(b.records) else []
+            if dense:
+                groups[False].append((dense, b.repeats, b.layers))
+            if expert_records:
+                groups[True].append((expert_records, b.repeats, b.layers))
         for expert in (False, True):
             group = groups[expert]
             if not group:
@@ -172,13 +236,15 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             # per kind, exact ints), each record weighed by the tensors it stands for.
             by_kind: dict[str, int] = {}
             linear_tensors = 0
-            for t in group:
-                by_kind[t.kind] = by_kind.get(t.kind, 0) + t.numel * t.count
-                if t.kind == "linear":
-                    linear_tensors += t.count
+            for records, repeats, _ in group:
+                for t in records:
+                    by_kind[t.kind] = by_kind.get(t.kind, 0) + t.numel * t.count * repeats
+                    if t.kind == "linear":
+                        linear_tensors += t.count * repeats
             numel = sum(by_kind.values())
             shard = expert_shard if expert else dense_shard
-            buffer = _buffer_numel(group, bucket_size, shard, distributed, shared_embedding and not expert)
+            buffer = _blocks_numel([(records, repeats) for records, repeats, _ in group], bucket_size, shard,
+                                   distributed, shared_embedding and not expert)
             padding += buffer - numel
             fp8_numel = by_kind.get("linear", 0) if prec.fp8 else 0
             group_param_bytes = buffer * param_bytes
@@ -192,8 +258,11 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
                 group_param_bytes //= shard
                 # Parameters outside the FSDP units are never resharded: their all-gathered
                 # (unsharded) compute-dtype copy stays allocated beside the shard.
-                group_param_bytes += _param_bytes(config, [t for t in group if not _fsdp_unit(t)])
-                unit_param_bytes += _param_bytes(config, [t for t in group if _fsdp_unit(t)])
+                for records, repeats, layers in group:
+                    outside = [] if layers else [t for t in records if not _fsdp_unit(t)]
+                    inside = records if layers else [t for t in records if _fsdp_unit(t)]
+                    group_param_bytes += repeats * _param_bytes(config, outside)
+                    unit_param_bytes += repeats * _param_bytes(config, inside)
             if not distributed:
                 group_param_bytes = numel * param_bytes
             weights += group_param_bytes
@@ -205,8 +274,10 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
             kind_moments = sum(n * moment_bytes(config, ParamTensor("", 0, expert, kind)) for kind, n in by_kind.items())
             moments += int(kind_moments / (shard if distributed else 1))
     if ping_pong:
-        master, moments = _layer_wise_ping_pong_bytes(config, [t for ts in chunks_tensors for t in expanded(ts)],
-                                                      master_bytes, dense_shard, expert_shard)
+        # Whole parameters dealt out in sorted order: every tensor written out, layer by layer.
+        master, moments = _layer_wise_ping_pong_bytes(
+            config, [t for blocks in chunks_blocks for b in blocks for _ in range(b.repeats)
+                     for t in expanded(list(b.records))], master_bytes, dense_shard, expert_shard)
     offload = opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0
     master = int(master * (1 - offload))
     moments = int(moments * (1 - offload))
@@ -220,7 +291,7 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
         # all-gathers every remaining unit of the chunk while the saved activations are still
         # alive: the stage's unit parameters, unsharded in the compute dtype (fp8 weights 1 B).
         prefetch = int(5e8) * param_bytes
-        transient = min(unit_param_bytes, prefetch + unit_param_bytes // max(_unit_count(chunks_tensors), 1))
+        transient = min(unit_param_bytes, prefetch + unit_param_bytes // max(_unit_count(chunks_blocks), 1))
     return ModelStates(weights + fp8_copies, gradients, master + moments, master, moments, padding,
                        fp8_copies, transient)
 
@@ -235,18 +306,25 @@ def _fsdp_unit(tensor: ParamTensor) -> bool:
             or ".mtp_model_layer.layers." in tensor.name)
 
 
-def _unit_count(chunks_tensors: list[list[ParamTensor]]) -> int:
+def _unit_count(chunks_blocks) -> int:
+    """FSDP units of these chunks (``RecordBlock`` runs): one per decoder layer of a run, and
+    the other records' units by name (an MTP depth's transformer layer or nested layers)."""
     units = set()
-    for tensors in chunks_tensors:
-        for t in tensors:
-            if _fsdp_unit(t):
-                if ".transformer_layer." in t.name:
-                    units.add(t.name.split(".transformer_layer.")[0])
-                elif ".mtp_model_layer.layers." in t.name:     # a hybrid MTP depth's nested layer
-                    units.add(".".join(t.name.split(".")[:6]))
-                else:
-                    units.add(".".join(t.name.split(".")[:3]))
-    return len(units)
+    layers = 0
+    for blocks in chunks_blocks:
+        for b in blocks:
+            if b.layers:
+                layers += b.repeats
+                continue
+            for t in b.records:
+                if _fsdp_unit(t):
+                    if ".transformer_layer." in t.name:
+                        units.add(t.name.split(".transformer_layer.")[0])
+                    elif ".mtp_model_layer.layers." in t.name:     # a hybrid MTP depth's nested layer
+                        units.add(".".join(t.name.split(".")[:6]))
+                    else:
+                        units.add(".".join(t.name.split(".")[:3]))
+    return len(units) + layers
 
 
 def _param_bytes(config: EstimatorConfig, tensors: list[ParamTensor]) -> int:
