@@ -13,7 +13,6 @@ The result is a ``results.plan.Plan``.
 from __future__ import annotations
 
 import gc
-import heapq
 import math
 import operator
 import time
@@ -632,6 +631,8 @@ def _best(found: list[tuple], top: int | None) -> list[_Fit]:
     if top is None or top >= len(found):
         window = [_Fit(*f) for f in found]
     else:
+        import heapq    # only where the fits are more than the top asked for
+
         boundary = heapq.nsmallest(top, [f[0] for f in found])[-1] if top > 0 else None
         window = [_Fit(*f) for f in found if boundary is not None and f[0] <= boundary]
     window.sort(key=_Fit.sort_key)
