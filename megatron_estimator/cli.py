@@ -497,7 +497,16 @@ def cmd_check(ns, environ) -> int:
                             problems=file_problems, suggest=True, **_estimate_options(settings))
 
         inp, file_problems = read()
-        tree = None if _release_given(settings) else launched_tree_release(inp)
+        try:
+            tree = None if _release_given(settings) else launched_tree_release(inp)
+        except ValueError as error:     # the launched tree states a release the estimator does not know
+            from megatron_estimator.core.problems import Problem
+
+            entry = getattr(inp, "entry", None)
+            location = entry.location if entry is not None else path
+            message = f"the Megatron-LM tree of {entry.script} says: {error}" if entry is not None else str(error)
+            verdicts.append(check(inp, (*file_problems, Problem("unknown-megatron-release", location, message))))
+            continue
         if tree is None:
             verdicts.append(check(inp, file_problems))
             continue

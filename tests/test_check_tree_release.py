@@ -109,3 +109,28 @@ def test_unknown_patches_warn_with_the_file(tmp_path, minor, version, warning):
     assert verdict["megatron"]["version"] == version
     assert verdict["megatron"].get("warning") == warning
     assert (f"megatron-estimator: warning: {path}: {warning}" in result.stderr) == (warning is not None)
+
+
+def test_a_main_branch_tree_names_the_next_release_and_is_checked_as_main(tmp_path):
+    # Megatron-LM main's package_info.py states the release it is heading for (0.20.0 at
+    # d98e8a64, newer than every release): that tree is main, said with a warning.
+    root = tree(tmp_path, 20)
+    path = script(tmp_path, f"torchrun --nproc-per-node 8 {root}/pretrain_gpt.py {MODEL} --no-pad-vocab-size\n")
+    result, [verdict] = check_json(path)
+    assert result.returncode == 0, result.stdout
+    assert verdict["megatron"]["version"] == "main"
+    assert "Megatron 0.20.0 is newer than 0.19.0" in result.stderr and "checked as main" in result.stderr
+    # Asked for by name, 0.20.0 is no release: exit 2 naming the supported ones.
+    result = run(["check", "--megatron-version", "0.20.0", "--budget", "80GiB", str(path)])
+    assert result.returncode == 2 and "0.20.0 is not a supported release" in result.stdout + result.stderr
+
+
+def test_a_tree_of_a_release_too_old_is_one_located_refusal(tmp_path):
+    root = tree(tmp_path, 12)
+    path = script(tmp_path, f"torchrun --nproc-per-node 8 {root}/pretrain_gpt.py {MODEL}\n")
+    result = run(["check", "--budget", "80GiB", str(path)])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert (f"error: {path}:2: the Megatron-LM tree of {root}/pretrain_gpt.py says: Megatron 0.12.0 is not a "
+            "supported release (supported: 0.14.0") in result.stdout
+    assert "[unknown-megatron-release]" in result.stdout

@@ -44,7 +44,7 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         for path in _package_info_candidates(launch or (), environ):
             version = read_package_info(path)
             if version:
-                chosen = release_of(version, path)
+                chosen = release_of(version, path, detected=True)
                 break
     if chosen is None and setting is not None:          # (value, source) of the settings
         chosen = release_of(*setting)
@@ -59,7 +59,7 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         version = installed_megatron_core(job_path(environ))
         try:
             chosen = release_of(version, f"the checking environment's megatron-core {version} "
-                                         "(its installed metadata)") if version else None
+                                         "(its installed metadata)", detected=True) if version else None
         except ValueError as error:     # detection, not a request: fall through, saying why
             notes.append(f"the checking environment's megatron-core is not used: {error}")
     if chosen is not None and notes:
@@ -132,5 +132,6 @@ def launched_tree_release(inp: Any):
     for found in _package_info_candidates([path], {}):
         version = read_package_info(found)
         if version:
-            return release_of(version, f"{found} (the Megatron-LM tree of {entry.script} at {entry.location})")
+            return release_of(version, f"{found} (the Megatron-LM tree of {entry.script} at {entry.location})",
+                              detected=True)
     return None

@@ -90,8 +90,11 @@ def _version_groups(text: str) -> tuple | None:
     return found.groups() if found else None
 
 
-def choose_release(text: str) -> tuple[str, str]:
-    """``(label, warning)`` for a version string; raises ``UnknownRelease``."""
+def choose_release(text: str, detected: bool = False) -> tuple[str, str]:
+    """``(label, warning)`` for a version string; raises ``UnknownRelease``.  ``detected``: the
+    version was read from a Megatron-LM tree or an installed megatron-core, not asked for: one
+    newer than the newest release is a main-branch checkout (main's package_info.py names the
+    next release: 0.20.0 at d98e8a64), checked as main with a warning."""
     text = text.strip()
     if text.lower() == NEWEST or text[:len("core_v")] == "core_v" and text[6:] in labels():
         return (NEWEST if text.lower() == NEWEST else text[6:]), ""
@@ -108,6 +111,10 @@ def choose_release(text: str) -> tuple[str, str]:
         if (major, minor) > newest.numbers[:2] and suffix:
             # a development version after the newest release: the main branch
             return NEWEST, f"Megatron {text} is a development version; checked as main ({release(NEWEST).tag})"
+        if (major, minor) > newest.numbers[:2] and detected:
+            return NEWEST, (f"Megatron {text} is newer than {newest.label}, the newest release the estimator "
+                            f"knows (a main-branch checkout names the next release); checked as main "
+                            f"({release(NEWEST).tag})")
         raise UnknownRelease(f"Megatron {text} is not a supported release (supported: {supported})")
     if patch is not None and not suffix:
         exact = [r for r in same_minor if r.numbers[2] == patch]
@@ -157,8 +164,8 @@ def chosen_release() -> ChosenRelease:
     return _chosen
 
 
-def release_of(text: str, source: str) -> ChosenRelease:
-    label, warning = choose_release(text)
+def release_of(text: str, source: str, detected: bool = False) -> ChosenRelease:
+    label, warning = choose_release(text, detected)
     return ChosenRelease(label, source, warning)
 
 
