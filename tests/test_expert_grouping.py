@@ -253,7 +253,7 @@ def test_a_repeated_estimate_equals_one_with_the_model_caches_emptied():
         for chunk in stage.chunks:
             chunk_tensors(config, chunk).clear()           # a caller's list is its own
     again = estimate(TINY_GPT, 8, extra)
-    for cache in [o for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)
+    for cache in [o for o in gc.get_objects() if type(o) is functools._lru_cache_wrapper
                   and getattr(o, "__module__", "").startswith("megatron_estimator.model")]:
         cache.cache_clear()
     fresh = estimate(TINY_GPT, 8, extra)

@@ -179,7 +179,7 @@ def test_random_runs_of_layers_walk_like_every_tensor():
 
 
 def _model_caches():
-    return [o for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)
+    return [o for o in gc.get_objects() if type(o) is functools._lru_cache_wrapper
             and getattr(o, "__module__", "").startswith("megatron_estimator.model")]
 
 
