@@ -295,7 +295,7 @@ def states_config(config: EstimatorConfig) -> EstimatorConfig:
     parallel layout, precision, optimizer, kernels, offloading, checkpointing and the run, never
     the batch, the sequence or recompute (TrainingConfig), so configurations that differ only
     there (the planner's and a sweep's batch sizes) share those figures.  Kept on ``config``."""
-    found = config.__dict__.get("_states_config")
+    found = getattr(config, "_states_config", None)      # memoised on the (frozen) object
     if found is None:
         key = replace(config, training=TRAINING_NOT_READ)
         found = _STATES_CONFIGS.get(key)
