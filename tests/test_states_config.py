@@ -88,4 +88,5 @@ def test_shared_figures_are_the_full_configurations(layout):
             cache.cache_clear()
         shared = [stage_module.stage_parameters(config, stage) for stage in stages]
         assert shared == full
+        assert pipeline_stages(states_config(config)) == pipeline_stages.__wrapped__(config)   # build_estimate's
         assert stage_module.total_parameters(config, stages) == full_total
