@@ -59,6 +59,14 @@ def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> di
     return env
 
 
+def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
+    """False only when no token can be ``--yaml-cfg`` or ``--yaml-cfg=...`` (one string search)."""
+    try:
+        return "--yaml-cfg" in "\0".join(argv)
+    except TypeError:
+        return True
+
+
 def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                      locations: Sequence[str] | None = None, source: str = "command line",
                      entry_script: str | None = None, entry_location: str = "<command>",
@@ -75,7 +83,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
     from megatron_estimator.inputs.argv import read_megatron_argv
 
     yaml_path = None
-    if any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
+    if _mentions_yaml_cfg(argv) and any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
         from megatron_estimator.inputs.megatron_yaml import yaml_cfg_path
 
         yaml_path = yaml_cfg_path(argv)

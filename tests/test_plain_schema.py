@@ -74,3 +74,27 @@ def test_quick_check_leaves_json_equality_to_jsonschema():
     assert not plainly_valid([1, 1.0], {"uniqueItems": True})
     assert not plainly_valid(3, {"not": {"type": "string"}})      # a keyword it does not know
     assert not plainly_valid(1, {"oneOf": [{"type": "integer"}, {"minimum": 0}]})  # both match
+
+
+def test_compiled_checks_answer_as_plainly_valid():
+    # config/schema.py compiles each config.schema.json property into one function; it must
+    # answer as plainly_valid does, for values of every type, at and around each bound and choice.
+    from megatron_estimator.config.schema import compiled_check, load_schema
+
+    properties = load_schema("config.schema.json")["properties"]
+    values = [None, True, False, 0, 1, -1, 2, 7, 1 << 40, 0.0, 0.5, 1.0, -0.5, 2.0, float("inf"), float("nan"),
+              "", "x", "1", "core_attn", "flash", [], [0], [1, 0], ["mlp"], ["mlp", "mlp"], {}, (1,)]
+    for schema in properties.values():
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if key in schema:
+                bound = schema[key]
+                values += [bound, bound - 1, bound + 1, float(bound), bound - 0.5, bound + 0.5]
+        for choice in schema.get("enum", ()):
+            values += [choice, str(choice), choice if not isinstance(choice, str) else choice.upper()]
+    compared = 0
+    for dest, schema in properties.items():
+        check = compiled_check(schema, dest)
+        for value in values:
+            assert check(value) == plainly_valid(value, schema), (dest, value)
+            compared += 1
+    assert compared > 10_000

@@ -73,15 +73,77 @@ def _plainly_valid(value: Any, schema: Mapping[str, Any], dest: str | None = Non
     return answer
 
 
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_PLAIN_TYPES = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def compiled_check(schema: Mapping[str, Any], dest: str):
+    """``plainly_valid(value, schema)`` as one function of ``value`` for the shapes the config
+    schema's settings have (a type with bounds, a type, an enum); other shapes ask
+    ``_plainly_valid`` (its answers kept).  tests/test_plain_schema.py holds each property's
+    function to ``plainly_valid``."""
+    keys = [k for k in schema if k not in ("description", "title", "default", "$schema", "$id")]
+    if keys == ["enum"]:
+        allowed = frozenset((type(c), c) for c in schema["enum"] if type(c) in _SCALARS)
+        return lambda v: type(v) in _SCALARS and (type(v), v) in allowed
+    if "type" in keys and all(k == "type" or k in _BOUNDS for k in keys):
+        expected = schema["type"]
+        names = expected if isinstance(expected, list) else [expected]
+        tests = tuple(_PLAIN_TYPES[name] for name in names if name in _PLAIN_TYPES)
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+        exact = frozenset(t for name, t in (("integer", int), ("number", int), ("number", float),
+                                            ("string", str), ("boolean", bool), ("null", type(None)))
+                          if name in names)
+
+        def check(v):
+            if type(v) not in exact and not any(test(v) for test in tests):
+                return False
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if ((lo is not None and v < lo) or (hi is not None and v > hi)
+                        or (xlo is not None and v <= xlo) or (xhi is not None and v >= xhi)):
+                    return False
+            return True
+        return check
+    return lambda v: _plainly_valid(v, schema, dest)
+
+
+@lru_cache(maxsize=None)
+def _compiled(name: str) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    schema = load_schema(name)
+    return (tuple((dest, compiled_check(sub, dest)) for dest, sub in schema["properties"].items()),
+            tuple(schema.get("required", ())))
+
+
+def _certainly_valid(namespace: Mapping[str, Any]) -> bool:
+    checks, required = _compiled("config.schema.json")
+    get = namespace.get
+    for dest, check in checks:
+        value = get(dest)
+        if value is not None and not check(value):
+            return False
+    for dest in required:
+        if get(dest) is None:
+            return False
+    return True
+
+
 def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:
     """Problems with the types, ranges and choices of the settings in ``namespace``; the dests
     whose values are unusable go into ``bad_dests`` when given."""
+    if _certainly_valid(namespace):
+        return []
     schema = load_schema("config.schema.json")
     properties = schema["properties"]
     document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
-    if (all(_plainly_valid(value, properties[key], key) for key, value in document.items())
-            and all(document.get(key) is not None for key in schema.get("required", ()))):
-        return []
     problems: list[Problem] = []
     for error in sorted(_validator("config.schema.json").iter_errors(document), key=lambda e: list(e.path)):
         if error.validator == "required":

@@ -242,8 +242,8 @@ def expand_moe_layer_freq(freq: Any, num_layers: int) -> tuple[bool, ...]:
     """``--moe-layer-freq``: an int k makes every k-th layer MoE (layer i when i % k == 0);
     a list gives one 0/1 per layer (megatron/core/models/gpt/moe_module_specs / gpt_layer_specs)."""
     if isinstance(freq, int):
-        return tuple(i % freq == 0 for i in range(num_layers))
-    return tuple(bool(x) for x in freq)
+        return tuple([i % freq == 0 for i in range(num_layers)])
+    return tuple(map(bool, freq))
 
 
 def resolve_activation(ns: Mapping[str, Any]) -> tuple[str, bool]:

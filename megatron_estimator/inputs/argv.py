@@ -117,6 +117,114 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
     if locations is not None and len(locations) != len(tokens):
         raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
     table = flag_table()
+    if not script_flags and not accepted and not opaque:
+        fast = _plain_reading(tokens, table, locations, source)
+        if fast is not None:
+            return fast
+    return _read_argv(tokens, table, locations, source, script_flags, accepted, opaque)
+
+
+# -- the plain path -------------------------------------------------------------------------
+# Most command lines are plain: every token starting with "-" is one of the table's option
+# strings, spelled out, each followed by exactly the values it takes (none starting with "-"),
+# every value converts.  ``_plain_reading`` reads those with a per-table lookup (option string
+# -> what the loop below needs of its flag) and gives up (None) at anything else, which
+# ``_read_argv`` then reads with every problem; on a plain line both give the same reading
+# (tests/test_argv_fast_path.py holds them together on valid and invalid lines).
+
+_FLAG, _ONE, _OTHER = 0, 1, 2
+# Converted values kept per option and text: only immutable ones (a list is made fresh each time).
+_IMMUTABLE = (int, float, str, bool, tuple, type(None))
+_PLAIN_ENTRIES_MAX = 1 << 12
+
+
+class _PlainEntry:
+    __slots__ = ("kind", "dest", "value", "spec", "values")
+
+    def __init__(self, spec: FlagSpec, spelled: str):
+        self.spec, self.dest, self.values = spec, spec.dest, {}
+        if not spec.takes_value:
+            self.kind = _FLAG
+            if spec.action == BOOLEAN_OPTIONAL:
+                self.value = not spelled.startswith("--no-")      # argparse.BooleanOptionalAction.__call__
+            else:
+                self.value = spec.action == "store_true"
+        else:
+            self.kind = _ONE if spec.nargs is None else _OTHER
+            self.value = None
+
+
+_PLAIN_TABLES: dict[int, tuple[FlagTable, dict[str, _PlainEntry]]] = {}
+
+
+def _plain_entries(table: FlagTable) -> dict[str, _PlainEntry]:
+    held = _PLAIN_TABLES.get(id(table))
+    if held is None or held[0] is not table:
+        held = _PLAIN_TABLES[id(table)] = (table, {})
+    return held[1]
+
+
+def _plain_reading(tokens: list[str], table: FlagTable, locations: Sequence[str] | None,
+                   source: str) -> ArgvReading | None:
+    entries = _plain_entries(table)
+    settings: dict[str, RawSetting] = {}
+    n = len(tokens)
+    i = 0
+    while i < n:
+        token = tokens[i]
+        entry = entries.get(token)
+        if entry is None:
+            if token[:1] != "-" or token not in table:
+                return None
+            entry = entries[token] = _PlainEntry(table.by_option(token), token)
+        location = token if locations is None else f"{locations[i]} {token}"
+        kind = entry.kind
+        if kind == _FLAG:
+            settings[entry.dest] = RawSetting(entry.dest, entry.value, location)
+            i += 1
+        elif kind == _ONE:
+            i += 1
+            if i >= n:
+                return None
+            text = tokens[i]
+            if text[:1] == "-":
+                return None
+            value = entry.values.get(text, entries)     # entries: no value kept
+            if value is entries:
+                try:
+                    value = convert_value(entry.spec, text)
+                except (FlagChoiceError, FlagValueError):
+                    return None
+                if type(value) in _IMMUTABLE and len(entry.values) < _PLAIN_ENTRIES_MAX:
+                    entry.values[text] = value
+            settings[entry.dest] = RawSetting(entry.dest, value, location)
+            i += 1
+        else:
+            start = i = i + 1
+            while i < n and tokens[i][:1] != "-":
+                i += 1
+            nargs = entry.spec.nargs
+            if nargs == "?" or (type(nargs) is int and nargs < i - start):
+                i = min(i, start + (1 if nargs == "?" else nargs))
+            elif (nargs == "+" and i == start) or (type(nargs) is int and i - start < nargs):
+                return None     # too few values
+            try:
+                converted = [convert_value(entry.spec, text) for text in tokens[start:i]]
+            except (FlagChoiceError, FlagValueError):
+                return None
+            if nargs == "?":
+                value = converted[0] if converted else entry.spec.const
+            else:
+                value = converted
+            settings[entry.dest] = RawSetting(entry.dest, value, location)
+        if i < n and tokens[i][:1] != "-":
+            return None         # a value no flag takes
+    return ArgvReading(RawArgs(settings, source, opaque=frozenset()), (), ())
+
+
+def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | None, source: str,
+               script_flags: Sequence[FlagSpec], accepted: Collection[str], opaque: Collection[int]) -> ArgvReading:
+    """``read_megatron_argv`` on any command line, with every problem."""
     problems = ProblemCollector()
     settings: dict[str, RawSetting] = {}
     script_specs: Mapping[str, FlagSpec] = {o: spec for spec in script_flags for o in spec.option_strings

@@ -52,11 +52,20 @@ def behaviour_row(rule: str, label: str | None = None, as_of: str | None = None)
     """The row of ``rule`` that covers release ``label`` (default: the chosen one, with its
     ``as_of`` date), or, for ``main`` as of a day (``YYYY-MM-DD``), the row in force on the
     main branch that day."""
-    from megatron_estimator.megatron.releases import NEWEST, chosen_release, order_of
+    from megatron_estimator.megatron.releases import chosen_release
 
     if label is None:
         chosen = chosen_release()
         label, as_of = chosen.version, (chosen.as_of if as_of is None else as_of)
+    return _row_in_force(rule, label, as_of)
+
+
+@cache
+def _row_in_force(rule: str, label: str, as_of: str | None) -> BehaviourRow:
+    # The table is read once (behaviour_rows), so each answer is fixed: kept, since every
+    # estimate's release rules ask (an unknown rule's KeyError is not kept).
+    from megatron_estimator.megatron.releases import NEWEST, order_of
+
     row = _covering(rule, order_of(label))
     if label != NEWEST or not as_of:
         return row

@@ -386,11 +386,16 @@ def layer_runs(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[tuple[
     if m.hybrid is None:
         if m.moe is None:
             return ((False, len(layers)),)
-        pattern = m.moe.layer_pattern
-        kinds = [pattern[i] for i in layers]
-    else:
-        kinds = [layer_kind(config, i) for i in layers]
+        return _pattern_runs(m.moe.layer_pattern, layers)
+    kinds = [layer_kind(config, i) for i in layers]
     return tuple((kind, len(list(group))) for kind, group in groupby(kinds))
+
+
+@lru_cache(maxsize=4096)
+def _pattern_runs(pattern: tuple[bool, ...], layers: tuple[int, ...]) -> tuple[tuple[bool, int], ...]:
+    # A GPT decoder's runs depend on its MoE layer pattern alone: shared by configurations
+    # that differ elsewhere (the batch, the optimizer, ...).
+    return tuple((kind, len(list(group))) for kind, group in groupby([pattern[i] for i in layers]))
 
 
 @lru_cache(maxsize=1024)

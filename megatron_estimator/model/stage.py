@@ -267,8 +267,52 @@ def stage_parameters(config: EstimatorConfig, stage: StageLayout) -> tuple[int, 
     return _structure_parameters(config, tuple(chunk_structure(config, chunk) for chunk in stage.chunks))
 
 
-@lru_cache(maxsize=4096)
+class _TrainingNotRead:
+    """``EstimatorConfig.training`` in ``states_config``: any attribute read raises, so a model
+    state or parameter count that came to depend on the batch, the sequence or recompute would
+    fail loudly instead of being shared between configurations that differ there."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(f"config.training.{name} read where only the model states and parameter "
+                           "counts are computed (model/stage.py states_config)")
+
+    def __repr__(self) -> str:
+        return "<training settings not read>"
+
+
+TRAINING_NOT_READ = _TrainingNotRead()
+_STATES_CONFIGS: dict[EstimatorConfig, EstimatorConfig] = {}
+_STATES_CONFIGS_MAX = 256
+
+
+def states_config(config: EstimatorConfig) -> EstimatorConfig:
+    """``config`` without its training settings (``TRAINING_NOT_READ`` in their place), one
+    object for equal ones: the model states and the parameter counts read the model, the
+    parallel layout, precision, optimizer, kernels, offloading, checkpointing and the run, never
+    the batch, the sequence or recompute (TrainingConfig), so configurations that differ only
+    there (the planner's and a sweep's batch sizes) share those figures.  Kept on ``config``."""
+    found = getattr(config, "_states_config", None)      # memoised on the (frozen) object
+    if found is None:
+        key = replace(config, training=TRAINING_NOT_READ)
+        found = _STATES_CONFIGS.get(key)
+        if found is None:
+            if len(_STATES_CONFIGS) >= _STATES_CONFIGS_MAX:
+                _STATES_CONFIGS.clear()
+            found = _STATES_CONFIGS[key] = key
+        object.__setattr__(config, "_states_config", found)
+    return found
+
+
 def _structure_parameters(config: EstimatorConfig, structure: tuple) -> tuple[int, StageStates]:
+    return _structure_states(states_config(config), structure)
+
+
+@lru_cache(maxsize=4096)
+def _structure_states(config: EstimatorConfig, structure: tuple) -> tuple[int, StageStates]:
     blocks = [chunk_blocks(config, s) for s in structure]
     params = sum(b.repeats * t.numel * t.count for chunk in blocks for b in chunk for t in b.records)
     load = resume_load(config)
@@ -462,7 +506,7 @@ def total_parameters(config: EstimatorConfig, stages: tuple[StageLayout, ...],
     """Parameters of the whole model (one copy: TP shards summed, EP shards summed, the tied
     output-layer copy on the last stage not counted twice)."""
     if stage_tensors is None:
-        return _total_parameters(config, stages)
+        return _total_parameters(states_config(config), stages)
     return _parameters_of(config, stages, stage_tensors)
 
 

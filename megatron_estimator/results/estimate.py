@@ -98,11 +98,12 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
 
     from megatron_estimator.model.layout import pipeline_stages
     from megatron_estimator.model.overhead import Overheads
-    from megatron_estimator.model.stage import assumptions, estimate_stage, model_shape, shared_terms, total_parameters
+    from megatron_estimator.model.stage import (assumptions, estimate_stage, model_shape, shared_terms, states_config,
+                                                total_parameters)
 
     overheads = Overheads() if overheads is None else overheads
     environ = os.environ if environ is None else environ
-    stages = pipeline_stages(config)
+    stages = pipeline_stages(states_config(config))    # the placement reads no training setting either
     shared = shared_terms(config, overheads, environ)        # alike on every stage
     results = tuple(estimate_stage(config, stage, overheads, environ, budget, shared=shared) for stage in stages)
     return Estimate(
