@@ -21,8 +21,10 @@ syntax error is still routed to its loader, which then reports the error with it
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+
+from megatron_estimator.core.resources import path_string, path_suffix
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
@@ -55,11 +57,12 @@ _HEAD_BYTES = 256 * 1024
 _JSON_BYTES = 4 * 1024 * 1024
 
 
-def detect_format(path: str | Path) -> Format:
-    path = Path(path)
-    if path.is_dir():
-        return "hf-config" if _is_hf_config(path / "config.json") else "unknown"
-    if path.suffix.lower() in _SHELL_SUFFIXES:
+def detect_format(path: str | os.PathLike) -> Format:
+    suffix = path_suffix(path).lower()
+    path = path_string(path)     # as pathlib.Path(path) names it (os.path strings: no pathlib import)
+    if os.path.isdir(path):
+        return "hf-config" if _is_hf_config(os.path.join(path, "config.json")) else "unknown"
+    if suffix in _SHELL_SUFFIXES:
         return "shell"
     head = _read_head(path, _HEAD_BYTES)
     if head is None:
@@ -67,7 +70,7 @@ def detect_format(path: str | Path) -> Format:
     first_line = head.split("\n", 1)[0]
     if _SHEBANG_SHELL.match(first_line) or re.search(r"^#SBATCH\b", head, re.MULTILINE):
         return "shell"
-    if path.suffix.lower() == ".json" or head.lstrip().startswith("{"):
+    if suffix == ".json" or head.lstrip().startswith("{"):
         return "hf-config" if _is_hf_config(path) else "unknown"
     if _LOG_LINE.search(head):
         return "megatron-log"
@@ -84,16 +87,16 @@ def detect_format(path: str | Path) -> Format:
     return "unknown"
 
 
-def _read_head(path: Path, size: int) -> str | None:
+def _read_head(path: str, size: int) -> str | None:
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             data = f.read(size)
     except OSError:
         return None
     return data.decode("utf-8-sig", errors="replace")
 
 
-def _is_hf_config(path: Path) -> bool:
+def _is_hf_config(path: str) -> bool:
     text = _read_head(path, _JSON_BYTES)
     if text is None:
         return False

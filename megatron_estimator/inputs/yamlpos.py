@@ -11,13 +11,15 @@ the line of its key and of its value.  Broken YAML is one ``yaml-syntax`` proble
 
 from __future__ import annotations
 
+import os
+
 from megatron_estimator.core.dataclass import dataclass
-from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.resources import path_string
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -56,11 +58,12 @@ def key_location(path: str, line: int, key_path: str = "") -> str:
     return f"{path}:{line} {key_path}" if key_path else f"{path}:{line}"
 
 
-def load_yaml_with_lines(path: str | Path) -> YamlDocument:
+def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
     """Read and parse ``path``; unreadable files are a problem, never an exception."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path_string(path), encoding="utf-8") as f:     # Path(path).read_text(), without pathlib
+            text = f.read()
     except FileNotFoundError:
         return YamlDocument(name, None, (Problem("file-not-found", name, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
