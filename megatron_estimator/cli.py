@@ -712,6 +712,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:
+    # A command runs for a moment and builds few reference cycles (a couple of hundred objects a
+    # file checked): the cyclic collector's passes over the freshly imported modules' objects
+    # cost more than it would ever free, so the process runs without it (as planner.search does
+    # while it searches).  cli.main called in another program leaves the collector alone.
+    import gc
+
+    gc.disable()
     status = main()
     _exit_now(status)
     raise SystemExit(status)
