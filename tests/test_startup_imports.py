@@ -9,8 +9,9 @@ typing everywhere; re, enum, json and ast on ``--version``, ``estimate`` and ``r
 when the input is valid (the quick check in core/plain_schema.py answers); yaml without a YAML
 input; the planner when nothing is over budget; the readers of inputs not given; the help
 width machinery (shutil, bz2, lzma); pathlib (with fnmatch, urllib, ipaddress) everywhere: files
-are named as ``os.path`` strings (``core.resources.path_string``); json for a seed YAML file (its
-schema is the literal inputs/seed_schema_data.py); dataclasses and inspect (core/dataclass.py).  A module a change needs is added to its path's list with the
+are named as ``os.path`` strings (``core.resources.path_string``); json for a seed YAML file
+(its schema is the literal inputs/seed_schema_data.py); dataclasses and inspect
+(core/dataclass.py).  A module a change needs is added to its path's list with the
 reason in the commit; no timing is measured.
 """
 
@@ -40,7 +41,7 @@ SMALL = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 
 ESTIMATE_PACKAGE = frozenset("""
     api cli settings
     core core.dataclass core.hints core.patterns core.plain_schema core.problems core.resources core.units
-    megatron megatron.behaviour megatron.flag_effects megatron.flags megatron.releases
+    megatron megatron.behaviour megatron.flag_effects megatron.flag_effects_data megatron.flags megatron.releases
     inputs inputs.argv inputs.entry_script inputs.rawargs inputs.release_choice
     config config.derive config.family config.hybrid config.layout_syntax config.parallel config.resolve
     config.release_rules config.rules config.rules_parity config.run_context config.schema config.schema_data config.typed config.vocab
