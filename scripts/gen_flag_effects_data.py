@@ -11,7 +11,6 @@ here, and tests/test_flag_effects.py fails when the module is not their copy.
 
 from __future__ import annotations
 
-import pprint
 import sys
 from pathlib import Path
 
@@ -33,8 +32,25 @@ def render() -> str:
     parts = [HEADER]
     for name, value in (("CATEGORIES", dict(categories)), ("MODELLED", tuple(sorted(modelled))),
                         ("NOT_MODELLED", dict(not_modelled)), ("NO_MEMORY_EFFECT", dict(no_memory_effect))):
-        parts.append(f"{name} = " + pprint.pformat(value, width=110, sort_dicts=False) + "\n")
+        if isinstance(value, dict):
+            items, brackets = [f"{k!r}: {v!r}" for k, v in value.items()], "{}"
+        else:
+            items, brackets = [repr(v) for v in value] + [""], "()"   # a trailing comma
+        parts.append(f"{name} = {brackets[0]}" + _packed(items) + f"{brackets[1]}\n")
     return "".join(parts)
+
+
+def _packed(items: list[str], width: int = 110) -> str:
+    """Items joined by ", ", as many to a line as fit in ``width`` (one alone when longer)."""
+    lines, line = [], ""
+    for item in items:
+        if line and len(line) + 2 + len(item) > width - 4:
+            lines.append(line + ",")
+            line = item
+        else:
+            line = f"{line}, {item}" if line else item
+    lines.append(line)
+    return "\n    ".join(lines)
 
 
 def main() -> int:
