@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 
+from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import path_string, path_suffix
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
@@ -45,12 +46,13 @@ if TYPE_CHECKING:
     Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
-_SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
-_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", re.MULTILINE)
-_LAUNCH_LINE = re.compile(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", re.MULTILINE)
+# Compiled on first use: a file named by its suffix (a launch script) needs none of them.
+_SHEBANG_SHELL = LazyPattern(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b", literal_prefix="#!")
+_TOP_LEVEL_KEY = LazyPattern(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", "MULTILINE")
+_LAUNCH_LINE = LazyPattern(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", "MULTILINE")
 # inputs/megatron_log.py describes these lines.
-_LOG_LINE = re.compile(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
-                       r"|CUDA out of memory\. Tried to allocate ", re.MULTILINE)
+_LOG_LINE = LazyPattern(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
+                        r"|CUDA out of memory\. Tried to allocate ", "MULTILINE")
 _SEED_KEYS = {"model", "parallelism"}
 _MEGATRON_KEYS = {"language_model", "model_parallel"}
 _HEAD_BYTES = 256 * 1024
