@@ -120,3 +120,13 @@ def test_a_trailing_slash_names_the_file(monkeypatch):
     monkeypatch.chdir(REPO)
     assert detect_format("examples/llama3-8b.yaml/") == detect_format("examples/llama3-8b.yaml") == "seed-yaml"
     assert detect_format("examples/llama3_8b_pretrain.sh/") == "shell"
+
+
+@pytest.mark.parametrize("data", [b"", b"\xef\xbb\xbfmodel:\n", b"\xef\xbbmodel:", b"\xef\xbb\xbf\xef\xbb\xbfx", b"a\xffb",
+                                  "wörld".encode(), b"\xef\xbb\xbf\xc3", b"\xc3", b"\xef"])
+def test_the_head_is_read_as_the_utf_8_sig_codec_reads_it(tmp_path, data):
+    from megatron_estimator.inputs.detect import _read_head
+
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert _read_head(str(path), 1 << 20) == data.decode("utf-8-sig", errors="replace")

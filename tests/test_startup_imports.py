@@ -69,7 +69,7 @@ SCRIPT_PACKAGE = frozenset("""
 # Top-level modules outside the package (private "_x" accelerator modules are not listed).
 ESTIMATE_OTHERS = frozenset("collections functools itertools keyword math operator reprlib types".split())
 FILE_OTHERS = frozenset("copyreg enum re".split())
-YAML_OTHERS = frozenset("yaml base64 binascii cython_runtime datetime encodings struct".split())
+YAML_OTHERS = frozenset("yaml base64 binascii cython_runtime datetime struct".split())
 
 CASES = {
     # name: (argv, exit status, package modules allowed, other modules allowed)

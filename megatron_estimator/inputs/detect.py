@@ -95,7 +95,9 @@ def _read_head(path: str, size: int) -> str | None:
             data = f.read(size)
     except OSError:
         return None
-    return data.decode("utf-8-sig", errors="replace")
+    # data.decode("utf-8-sig", errors="replace"), as that codec does it (a leading BOM dropped,
+    # the rest UTF-8), without importing the codec's module
+    return (data[3:] if data[:3] == b"\xef\xbb\xbf" else data).decode("utf-8", errors="replace")
 
 
 def _is_hf_config(path: str) -> bool:
