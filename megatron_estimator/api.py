@@ -205,12 +205,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve);
     its entry script is looked for relative to the working directory, then the script's own
     directory; ``accept_flags`` as for ``input_from_flags``."""
-    from pathlib import Path
-
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
+    from megatron_estimator.core.resources import path_string
+
     name = str(path)
-    if not Path(path).exists():
+    if not os.path.exists(path_string(path)):
         return TrainingInput(RawArgs(), source=name), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)
     loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given))
@@ -658,13 +658,13 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     estimate, and each CUDA out-of-memory message beside the verdict.  Without a budget, a log
     that ran out of memory is judged against the GPU's total capacity its message names.
     Returns ``results.comparison.LogComparison``; never raises for bad input."""
-    from pathlib import Path
-
     from megatron_estimator.model.overhead import Overheads, communicators
     from megatron_estimator.results import comparison
 
+    from megatron_estimator.core.resources import path_string
+
     name = str(path)
-    if not Path(path).exists():
+    if not os.path.exists(path_string(path)):
         verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
         return comparison.LogComparison(name, verdict)
     inp, problems, log = _log_input(path)

@@ -1,10 +1,12 @@
-"""Regenerate megatron_estimator/config/schema_data.py from schemas/config.schema.json.
+"""Regenerate megatron_estimator/config/schema_data.py from schemas/config.schema.json and
+megatron_estimator/inputs/seed_schema_data.py from schemas/seed-config.schema.json.
 
     python scripts/gen_schema_data.py
 
-The configuration schema is checked on every estimate; as a Python literal it loads from the
-module's bytecode, without importing ``json`` (which imports ``re``) at start-up.  The JSON file
-stays the source: tests/test_schema_data.py fails when the module is not its copy.
+The configuration schema is checked on every estimate, the seed schema on every seed YAML
+file; as Python literals they load from the modules' bytecode, without importing ``json``
+(which imports ``re``) at start-up.  The JSON files stay the source: tests/test_schema_data.py
+fails when a module is not its copy.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "schemas" / "config.schema.json"
 TARGET = ROOT / "megatron_estimator" / "config" / "schema_data.py"
+SEED_SOURCE = ROOT / "schemas" / "seed-config.schema.json"
+SEED_TARGET = ROOT / "megatron_estimator" / "inputs" / "seed_schema_data.py"
 
 HEADER = '''"""schemas/config.schema.json as a Python literal (written by scripts/gen_schema_data.py; do not
 edit: edit the JSON file and rerun the script).  config/schema.py loads it without ``json``."""
@@ -28,9 +32,21 @@ def render() -> str:
     return HEADER + "CONFIG_SCHEMA = " + pprint.pformat(schema, width=110, sort_dicts=False) + "\n"
 
 
+SEED_HEADER = '''"""schemas/seed-config.schema.json as a Python literal (written by scripts/gen_schema_data.py; do
+not edit: edit the JSON file and rerun the script).  inputs/seed_yaml.py loads it without ``json``."""
+
+'''
+
+
+def render_seed() -> str:
+    schema = json.loads(SEED_SOURCE.read_text(encoding="utf-8"))
+    return SEED_HEADER + "SEED_SCHEMA = " + pprint.pformat(schema, width=110, sort_dicts=False) + "\n"
+
+
 def main() -> int:
-    TARGET.write_text(render(), encoding="utf-8")
-    print(f"wrote {TARGET.relative_to(ROOT)}")
+    for target, text in ((TARGET, render()), (SEED_TARGET, render_seed())):
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target.relative_to(ROOT)}")
     return 0
 
 

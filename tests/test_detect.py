@@ -101,3 +101,32 @@ def test_detection_does_not_import_yaml(tmp_path):
 def test_keys_of_both_yaml_formats_are_a_mixed_file(tmp_path):
     path = write(tmp_path, "both.yaml", "model:\n  num_layers: 2\nlanguage_model:\n  num_layers: 2\n")
     assert detect_format(path) == "mixed-yaml"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "/", "//", "///", "//a", "///a//b/", "a/./b", "./a", "a/.", "a/../b",
+                                  "x.sh", "..sh", "a.", ".bashrc", "dir/x.tar.gz", "x.SH/", "a/b/..", ".../x", "...",
+                                  "a..b", "/..", "a b/c.d", "examples/llama3-8b.yaml/"])
+def test_file_names_are_read_as_pathlib_reads_them(name):
+    # The readers name files as os.path strings (no pathlib at start-up), the way Path did.
+    from pathlib import Path
+
+    from megatron_estimator.core.resources import path_string, path_suffix
+
+    assert path_string(name) == str(Path(name))
+    assert path_suffix(name) == Path(name).suffix
+
+
+def test_a_trailing_slash_names_the_file(monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert detect_format("examples/llama3-8b.yaml/") == detect_format("examples/llama3-8b.yaml") == "seed-yaml"
+    assert detect_format("examples/llama3_8b_pretrain.sh/") == "shell"
+
+
+@pytest.mark.parametrize("data", [b"", b"\xef\xbb\xbfmodel:\n", b"\xef\xbbmodel:", b"\xef\xbb\xbf\xef\xbb\xbfx", b"a\xffb",
+                                  "wörld".encode(), b"\xef\xbb\xbf\xc3", b"\xc3", b"\xef"])
+def test_the_head_is_read_as_the_utf_8_sig_codec_reads_it(tmp_path, data):
+    from megatron_estimator.inputs.detect import _read_head
+
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert _read_head(str(path), 1 << 20) == data.decode("utf-8-sig", errors="replace")

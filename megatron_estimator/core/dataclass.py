@@ -343,19 +343,22 @@ def _fields_tuple(obj: str, names) -> str:
     return "(" + "".join(f"{obj}.{name}," for name in names) + ")"
 
 
+def _eq_source(names) -> str:
+    return ("def __eq__(self, other):\n"
+            "    if other.__class__ is self.__class__:\n"
+            f"        return {_fields_tuple('self', names)} == {_fields_tuple('other', names)}\n"
+            "    return __dataclass_not_implemented__\n")
+
+
 def _make_eq(cls, names):
     getter = _tuple_getter(names)
     calls = 0
-    source = ("def __eq__(self, other):\n"
-              "    if other.__class__ is self.__class__:\n"
-              f"        return {_fields_tuple('self', names)} == {_fields_tuple('other', names)}\n"
-              "    return __dataclass_not_implemented__\n")
 
     def __eq__(self, other):
         nonlocal calls
         calls += 1
-        if calls == HOT_CALLS:
-            _compile_hot(cls, "__eq__", __eq__, source, {})
+        if calls == HOT_CALLS:       # the source written only now: most classes never get here
+            _compile_hot(cls, "__eq__", __eq__, _eq_source(names), {})
         if other.__class__ is self.__class__:
             return getter(self) == getter(other)
         return NotImplemented
@@ -366,13 +369,13 @@ def _make_eq(cls, names):
 def _make_hash(cls, names):
     getter = _tuple_getter(names)
     calls = 0
-    source = f"def __hash__(self):\n    return __dataclass_hash__({_fields_tuple('self', names)})\n"
 
     def __hash__(self):
         nonlocal calls
         calls += 1
         if calls == HOT_CALLS:
-            _compile_hot(cls, "__hash__", __hash__, source, {})
+            _compile_hot(cls, "__hash__", __hash__,
+                         f"def __hash__(self):\n    return __dataclass_hash__({_fields_tuple('self', names)})\n", {})
         return hash(getter(self))
 
     return __hash__

@@ -41,3 +41,25 @@ def data_path(*parts: str):
     from pathlib import Path
 
     return Path(data_file(*parts))
+
+
+def path_string(path) -> str:
+    """``str(pathlib.Path(path))`` without pathlib: "" is ".", repeated slashes, "." parts and
+    trailing slashes go, a leading "//" (exactly two) stays, ".." stays.  The file checks on
+    the start-up paths test this string with ``os.path``, so they answer as ``Path`` did
+    (``Path("file.yaml/").exists()`` is True, ``os.path.exists("file.yaml/")`` is not)."""
+    text = os.fspath(path)
+    root = ""
+    if text.startswith("/"):
+        root = "//" if text.startswith("//") and not text.startswith("///") else "/"
+    return (root + "/".join(part for part in text.split("/") if part and part != ".")) or "."
+
+
+def path_suffix(path) -> str:
+    """``pathlib.Path(path).suffix``: the last part's final ".xxx", "" when it has none or the
+    part starts or ends with that dot."""
+    name = path_string(path).rsplit("/", 1)[-1]
+    if name in (".", ".."):
+        return ""
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""

@@ -21,8 +21,11 @@ syntax error is still routed to its loader, which then reports the error with it
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+
+from megatron_estimator.core.patterns import LazyPattern
+from megatron_estimator.core.resources import path_string, path_suffix
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
@@ -43,23 +46,25 @@ if TYPE_CHECKING:
     Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
-_SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
-_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", re.MULTILINE)
-_LAUNCH_LINE = re.compile(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", re.MULTILINE)
+# Compiled on first use: a file named by its suffix (a launch script) needs none of them.
+_SHEBANG_SHELL = LazyPattern(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b", literal_prefix="#!")
+_TOP_LEVEL_KEY = LazyPattern(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", "MULTILINE")
+_LAUNCH_LINE = LazyPattern(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", "MULTILINE")
 # inputs/megatron_log.py describes these lines.
-_LOG_LINE = re.compile(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
-                       r"|CUDA out of memory\. Tried to allocate ", re.MULTILINE)
+_LOG_LINE = LazyPattern(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
+                        r"|CUDA out of memory\. Tried to allocate ", "MULTILINE")
 _SEED_KEYS = {"model", "parallelism"}
 _MEGATRON_KEYS = {"language_model", "model_parallel"}
 _HEAD_BYTES = 256 * 1024
 _JSON_BYTES = 4 * 1024 * 1024
 
 
-def detect_format(path: str | Path) -> Format:
-    path = Path(path)
-    if path.is_dir():
-        return "hf-config" if _is_hf_config(path / "config.json") else "unknown"
-    if path.suffix.lower() in _SHELL_SUFFIXES:
+def detect_format(path: str | os.PathLike) -> Format:
+    suffix = path_suffix(path).lower()
+    path = path_string(path)     # as pathlib.Path(path) names it (os.path strings: no pathlib import)
+    if os.path.isdir(path):
+        return "hf-config" if _is_hf_config(os.path.join(path, "config.json")) else "unknown"
+    if suffix in _SHELL_SUFFIXES:
         return "shell"
     head = _read_head(path, _HEAD_BYTES)
     if head is None:
@@ -67,7 +72,7 @@ def detect_format(path: str | Path) -> Format:
     first_line = head.split("\n", 1)[0]
     if _SHEBANG_SHELL.match(first_line) or re.search(r"^#SBATCH\b", head, re.MULTILINE):
         return "shell"
-    if path.suffix.lower() == ".json" or head.lstrip().startswith("{"):
+    if suffix == ".json" or head.lstrip().startswith("{"):
         return "hf-config" if _is_hf_config(path) else "unknown"
     if _LOG_LINE.search(head):
         return "megatron-log"
@@ -84,16 +89,18 @@ def detect_format(path: str | Path) -> Format:
     return "unknown"
 
 
-def _read_head(path: Path, size: int) -> str | None:
+def _read_head(path: str, size: int) -> str | None:
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             data = f.read(size)
     except OSError:
         return None
-    return data.decode("utf-8-sig", errors="replace")
+    # data.decode("utf-8-sig", errors="replace"), as that codec does it (a leading BOM dropped,
+    # the rest UTF-8), without importing the codec's module
+    return (data[3:] if data[:3] == b"\xef\xbb\xbf" else data).decode("utf-8", errors="replace")
 
 
-def _is_hf_config(path: Path) -> bool:
+def _is_hf_config(path: str) -> bool:
     text = _read_head(path, _JSON_BYTES)
     if text is None:
         return False

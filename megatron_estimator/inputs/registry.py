@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import re
 from megatron_estimator.core.dataclass import dataclass, field
-from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.resources import path_string
 from megatron_estimator.inputs.detect import detect_format
 from megatron_estimator.inputs.rawargs import RawArgs
 
@@ -82,7 +82,7 @@ def read_file(path: str | os.PathLike, options: ReadOptions) -> FileInput:
     fmt = READERS.get(kind)
     if fmt is not None:
         return fmt.read(path, options)
-    if Path(path).is_dir():
+    if os.path.isdir(path_string(path)):
         return FileInput(problems=(Problem(
             "unknown-format", name, "is a directory without a HuggingFace config.json; name a file"),))
     return FileInput(problems=(Problem("unknown-format", name, _UNKNOWN),))
@@ -92,7 +92,7 @@ def skip_reason(path: str | os.PathLike) -> str | None:
     """Why ``check --skip-unknown`` passes over this file, or None to check it.
 
     A file that is missing or unreadable is checked (and reported), never passed over."""
-    if not Path(path).exists() or not os.access(path, os.R_OK):
+    if not os.path.exists(path_string(path)) or not os.access(path, os.R_OK):
         return None
     kind = detect_format(path)
     fmt = READERS.get(kind)

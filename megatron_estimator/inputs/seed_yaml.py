@@ -54,11 +54,9 @@ combinations) are not checked here: validation checks every input format the sam
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from megatron_estimator.core.dataclass import dataclass
-from functools import lru_cache
-from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any
@@ -72,13 +70,18 @@ from megatron_estimator.core.hints import (
 from megatron_estimator.inputs.yamlpos import YamlNode, key_location, load_yaml_with_lines
 
 _SCHEMA_NAME = "seed-config.schema.json"
-# Installed, schemas/ is the package megatron_estimator.schemas (setup.cfg); in a checkout it
-# sits beside the package.
-SEED_SCHEMA_PATH = next(
-    (candidate for candidate in (Path(__file__).resolve().parents[1] / "schemas" / _SCHEMA_NAME,
-                                 Path(__file__).resolve().parents[2] / "schemas" / _SCHEMA_NAME)
-     if candidate.exists()),
-    Path(__file__).resolve().parents[2] / "schemas" / _SCHEMA_NAME)
+
+
+def __getattr__(name: str):
+    # SEED_SCHEMA_PATH, the schema file as a Path, made on first use (pathlib is not imported at
+    # start-up).  Installed, schemas/ is the package megatron_estimator.schemas (setup.cfg); in a
+    # checkout it sits beside the package.
+    if name == "SEED_SCHEMA_PATH":
+        from megatron_estimator.core.resources import schema_path
+
+        return schema_path(_SCHEMA_NAME)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SECTIONS = ("model", "parallelism", "training", "precision")
 
@@ -150,13 +153,16 @@ class SeedLoad:
     problems: tuple[Problem, ...]
 
 
-@lru_cache(maxsize=1)
 def seed_schema() -> dict:
-    """The JSON Schema of the seed format (schemas/seed-config.schema.json)."""
-    return json.loads(SEED_SCHEMA_PATH.read_text(encoding="utf-8"))
+    """The JSON Schema of the seed format: schemas/seed-config.schema.json as the Python literal
+    inputs/seed_schema_data.py (scripts/gen_schema_data.py writes it; tests/test_schema_data.py
+    fails when it is stale), loaded without ``json``."""
+    from megatron_estimator.inputs.seed_schema_data import SEED_SCHEMA
+
+    return SEED_SCHEMA
 
 
-def load_seed_yaml(path: str | Path) -> SeedLoad:
+def load_seed_yaml(path: str | os.PathLike) -> SeedLoad:
     """Read a seed-format YAML file into Megatron dests; every problem is returned, none raised."""
     name = str(path)
     doc = load_yaml_with_lines(path)

@@ -11,13 +11,15 @@ the line of its key and of its value.  Broken YAML is one ``yaml-syntax`` proble
 
 from __future__ import annotations
 
+import os
+
 from megatron_estimator.core.dataclass import dataclass
-from pathlib import Path
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.resources import path_string
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -56,11 +58,12 @@ def key_location(path: str, line: int, key_path: str = "") -> str:
     return f"{path}:{line} {key_path}" if key_path else f"{path}:{line}"
 
 
-def load_yaml_with_lines(path: str | Path) -> YamlDocument:
+def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
     """Read and parse ``path``; unreadable files are a problem, never an exception."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path_string(path), encoding="utf-8") as f:     # Path(path).read_text(), without pathlib
+            text = f.read()
     except FileNotFoundError:
         return YamlDocument(name, None, (Problem("file-not-found", name, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
@@ -69,8 +72,38 @@ def load_yaml_with_lines(path: str | Path) -> YamlDocument:
     return parse_yaml_with_lines(text, name)
 
 
-def parse_yaml_with_lines(text: str, path: str) -> YamlDocument:
+# PyYAML's reader (yaml/reader.py ``Reader.NON_PRINTABLE``) compiles this negated class when
+# yaml is imported; the re module's charset optimiser walks its 60,000 BMP code points one by
+# one (about 7 ms, a third of the import).  _EQUIVALENT_NON_PRINTABLE is the same set spelled
+# as its complement (C0 controls but tab, LF, CR; DEL to U+009F but NEL; surrogates; U+FFFE,
+# U+FFFF), compiled in a twentieth of the time; tests/test_yamlpos.py holds the two to every
+# code point.
+_YAML_NON_PRINTABLE = "[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]"
+_EQUIVALENT_NON_PRINTABLE = "[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x84\x86-\x9F\uD800-\uDFFF\uFFFE\uFFFF]"
+
+
+def import_yaml():
+    """``import yaml``, its reader's pattern compiled the quick way: before the first import,
+    the ``re`` module's cache is given the equivalent pattern under PyYAML's source (the key
+    ``re.compile`` looks up first), so the reader's ``re.compile`` finds it.  Where the cache is
+    not the dict CPython's ``re`` keeps, or PyYAML spells its pattern otherwise, yaml compiles
+    its own, as it always did."""
+    import sys
+
+    if "yaml" not in sys.modules:
+        import re
+
+        cache = getattr(re, "_cache", None)
+        key = (str, _YAML_NON_PRINTABLE, 0)
+        if isinstance(cache, dict) and key not in cache:
+            cache[key] = re.compile(_EQUIVALENT_NON_PRINTABLE)
     import yaml
+
+    return yaml
+
+
+def parse_yaml_with_lines(text: str, path: str) -> YamlDocument:
+    yaml = import_yaml()
 
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -98,9 +131,7 @@ def _syntax_problem(exc: Exception, path: str) -> Problem:
 
 class _Builder:
     def __init__(self, path: str) -> None:
-        import yaml
-
-        self._yaml = yaml
+        self._yaml = yaml = import_yaml()
         self._constructor = yaml.SafeLoader("")
         self.path = path
         self.problems: list[Problem] = []

@@ -85,8 +85,6 @@ def read_sbatch(text: str, display: str, line_locations=None,
     where they are written in the script that feeds it to sbatch); None: ``display:N``.
     ``command_line``: (the options given to sbatch itself, their ``file:line``), read after the
     ``#SBATCH`` lines, which they override."""
-    import shlex
-
     problems: list[Problem] = []
     given: dict[str, tuple[str, str]] = {}
 
@@ -121,6 +119,8 @@ def read_sbatch(text: str, display: str, line_locations=None,
         if not stripped:
             continue
         if line.startswith("#SBATCH"):
+            import shlex        # here: a script without #SBATCH lines needs none of it
+
             try:
                 tokens = shlex.split(line[len("#SBATCH"):], comments=True)
             except ValueError:
