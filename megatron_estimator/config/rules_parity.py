@@ -389,7 +389,9 @@ def moe_dispatch_and_overlap(ns: Namespace, raw: RawArgs, env: Mapping[str, str]
     if ns.get("overlap_moe_expert_parallel_comm"):
         where = raw.location("overlap_moe_expert_parallel_comm")
         for dest in ("recompute_method", "recompute_num_layers"):
-            if ns.get(dest) is not None:
+            # with full recompute moe-overlap-with-full-recompute (rules.py) explains it, with
+            # selective the recompute rule does
+            if ns.get(dest) is not None and ns.get("recompute_granularity") is None:
                 yield Problem("moe-overlap-conflict", raw.location(dest),
                               f"--overlap-moe-expert-parallel-comm cannot be combined with {_flag(dest)}")
         if "moe" in _selective_modules(ns) and _release_rule("moe_overlap_moe_recompute_rejected") == "1":
