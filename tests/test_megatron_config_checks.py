@@ -243,6 +243,24 @@ CASES = [
     (MOE + OFFLOAD + " --offload-modules fused_group_mlp --use-transformer-engine-op-fuser", None, None),
     (HYBRIDEP + " --moe-use-grouped-tensor --moe-paged-stash" + OFFLOAD + " --offload-modules moe_act",
      "moe-paged-stash", "--offload-modules"),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl local", "cuda-graph-offloading", "--cuda-graph-impl"),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl local --cuda-graph-modules attn", None, None),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl transformer_engine --cuda-graph-modules moe "
+     "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity", "cuda-graph-offloading", "--cuda-graph-modules"),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl transformer_engine --cuda-graph-warmup-steps 0",
+     "cuda-graph-offloading", "--cuda-graph-warmup-steps"),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl transformer_engine", None, None),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl full_iteration --no-check-for-nan-in-loss-and-grad",
+     "cuda-graph-offloading", "--fine-grained-offloading-max-inflight-offloads"),
+    (MOE + OFFLOAD + " --offload-modules expert_fc1 --cuda-graph-impl full_iteration --no-check-for-nan-in-loss-and-grad "
+     "--fine-grained-offloading-max-inflight-offloads 2", None, None),
+    (EP8 + " --overlap-moe-expert-parallel-comm --cuda-graph-impl transformer_engine --cuda-graph-modules attn moe_router", None, None),
+    (EP8 + " --overlap-moe-expert-parallel-comm --cuda-graph-impl transformer_engine --cuda-graph-modules moe "
+     "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity", "moe-overlap-conflict", "--cuda-graph-modules"),
+    (EP8 + " --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep"
+     + OFFLOAD + " --offload-modules expert_fc1", "moe-overlap-conflict", "--offload-modules"),
+    (EP8 + " --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep"
+     + OFFLOAD + " --offload-modules moe_act", None, None),
     ("--enable-mhc-connections --mtp-num-layers 1", "mhc-conflict", "--mtp-num-layers"),
     ("--enable-mhc-connections --pipeline-model-parallel-size 2", "mhc-conflict", "--pipeline-model-parallel-size"),
     ("--recompute-activations --recompute-modules mhc", "mhc-conflict", "--recompute-modules"),

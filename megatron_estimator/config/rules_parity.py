@@ -698,3 +698,51 @@ def hyper_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: 
     if isinstance(gating, (int, float)) and gating < 0:
         yield Problem("mhc-conflict", raw.location("mhc_init_gating_factor"),
                       f"--mhc-init-gating-factor must not be negative (it is {gating})")
+
+
+@rule
+def cuda_graphs_with_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/transformer/transformer_config.py __post_init__ (lines 2940-2968, as from
+    # 69c486825c, 0.19.0: megatron_behaviour.tsv local_cuda_graph_offload_modules; the forms of
+    # 0.16-0.18 are not mirrored): fine-grained activation offloading under CUDA graphs.
+    impl = _cuda_graph_impl(ns)
+    if not ns.get("fine_grained_activation_offloading") or impl == "none":
+        return
+    if _release_rule("local_cuda_graph_offload_modules") != "1":
+        return
+    modules = _graph_modules(ns)
+    where = raw.location("cuda_graph_modules" if raw.given("cuda_graph_modules") else "cuda_graph_impl")
+    if impl == "local" and not modules:
+        yield Problem("cuda-graph-offloading", where,
+                      "fine-grained activation offloading with --cuda-graph-impl local needs partial capture "
+                      "(--cuda-graph-modules), not whole-layer graphs")
+    if "moe" in modules:
+        yield Problem("cuda-graph-offloading", where,
+                      "the moe CUDA graph (token-drop MoE) is not supported with fine-grained activation offloading")
+    steps = _int(ns.get("cuda_graph_warmup_steps"))
+    if steps is not None and steps <= 0:
+        yield Problem("cuda-graph-offloading", raw.location("cuda_graph_warmup_steps"),
+                      f"--cuda-graph-warmup-steps must be above 0 with fine-grained activation offloading (it is {steps})")
+    inflight = ns.get("fine_grained_offloading_max_inflight_offloads")
+    if impl == "full_iteration" and (_int(inflight) is None or inflight < 0):
+        yield Problem("cuda-graph-offloading", raw.location("fine_grained_offloading_max_inflight_offloads"),
+                      "fine-grained activation offloading with --cuda-graph-impl full_iteration needs "
+                      "--fine-grained-offloading-max-inflight-offloads 0 or more")
+
+
+@rule
+def ep_overlap_graphs_and_offloads(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/transformer/transformer_config.py __post_init__ (lines 3054, 3065) under
+    # --overlap-moe-expert-parallel-comm.
+    if not ns.get("overlap_moe_expert_parallel_comm"):
+        return
+    if _cuda_graph_impl(ns) == "transformer_engine":
+        named = [m for m in ("moe", "mlp") if m in _graph_modules(ns)]
+        if named:
+            yield Problem("moe-overlap-conflict", raw.location("cuda_graph_modules"),
+                          f"--cuda-graph-modules {' '.join(named)} with --cuda-graph-impl transformer_engine is not "
+                          "supported with --overlap-moe-expert-parallel-comm")
+    if ((ns.get("moe_token_dispatcher_type") or "allgather") == "flex" and ns.get("moe_flex_dispatcher_backend") == "ncclep"
+            and ns.get("fine_grained_activation_offloading") and "expert_fc1" in _modules(ns, "offload_modules")):
+        yield Problem("moe-overlap-conflict", raw.location("offload_modules"),
+                      "--overlap-moe-expert-parallel-comm on the ncclep backend cannot offload expert_fc1")
