@@ -97,6 +97,7 @@ MLA = " --multi-latent-attention --kv-lora-rank 128 --qk-head-dim 64 --qk-pos-em
 OFFLOAD = " --fine-grained-activation-offloading"
 OFFLOAD_ENV = {"NVTE_CPU_OFFLOAD_V1": "1"}
 EP8 = MOE + " --expert-model-parallel-size 8"
+BATCH_INVARIANT = " --batch-invariant-mode --attention-backend flash --flash-attention-version 3 --attention-dropout 0"
 HYBRIDEP = MOE + " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-expert-rank-capacity-factor 1.5"
 
 CASES = [
@@ -261,6 +262,17 @@ CASES = [
      + OFFLOAD + " --offload-modules expert_fc1", "moe-overlap-conflict", "--offload-modules"),
     (EP8 + " --overlap-moe-expert-parallel-comm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep"
      + OFFLOAD + " --offload-modules moe_act", None, None),
+    (BATCH_INVARIANT, None, None),
+    ("--batch-invariant-mode", "batch-invariant-mode", "--attention-backend"),
+    (BATCH_INVARIANT + " --context-parallel-size 2", "batch-invariant-mode", "--context-parallel-size"),
+    (BATCH_INVARIANT + " --attention-dropout 0.1", "batch-invariant-mode", "--attention-dropout"),
+    (BATCH_INVARIANT + " --flash-attention-version 2", "batch-invariant-mode", "--flash-attention-version"),
+    (MOE + BATCH_INVARIANT, None, None),
+    (MOE + BATCH_INVARIANT + " --moe-token-dispatcher-type allgather", "batch-invariant-mode", "--moe-token-dispatcher-type"),
+    (MOE + BATCH_INVARIANT + " --moe-permute-fusion", "batch-invariant-mode", "--moe-permute-fusion"),
+    (MOE + BATCH_INVARIANT + " --fp8-format hybrid", "batch-invariant-mode", "--fp8-format"),
+    (MOE + BATCH_INVARIANT + " --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity",
+     "batch-invariant-mode", "--moe-pad-expert-input-to-capacity"),
     ("--enable-mhc-connections --mtp-num-layers 1", "mhc-conflict", "--mtp-num-layers"),
     ("--enable-mhc-connections --pipeline-model-parallel-size 2", "mhc-conflict", "--pipeline-model-parallel-size"),
     ("--recompute-activations --recompute-modules mhc", "mhc-conflict", "--recompute-modules"),
@@ -309,6 +321,8 @@ def test_mla_rope_fusion_needs_yarn_and_no_latent_cache():
      "offload-inside-moe-recompute", "0.19.0"),
     (MOE + OFFLOAD + " --offload-modules fused_group_mlp", "offload-fused-group-mlp", "0.19.0"),
     (MOE + " --activation-func-clamp-value 7.0 --glu-linear-offset 1.0 --no-bias-swiglu-fusion", "swiglu-clamp", "main"),
+    (BATCH_INVARIANT + " --context-parallel-size 2", "batch-invariant-mode", "0.19.0"),
+    (MOE + BATCH_INVARIANT + " --moe-permute-fusion", "batch-invariant-mode", "main"),
 ])
 def test_audit_rules_hold_from_the_release_that_added_them(extra, rule, first):
     from megatron_estimator.megatron.releases import labels, order_of, using_release

@@ -746,3 +746,44 @@ def ep_overlap_graphs_and_offloads(ns: Namespace, raw: RawArgs, env: Mapping[str
             and ns.get("fine_grained_activation_offloading") and "expert_fc1" in _modules(ns, "offload_modules")):
         yield Problem("moe-overlap-conflict", raw.location("offload_modules"),
                       "--overlap-moe-expert-parallel-comm on the ncclep backend cannot offload expert_fc1")
+
+
+@rule
+def batch_invariant_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/transformer/transformer_config.py __post_init__ (lines 3212-3268); which of
+    # the checks the release makes: megatron_behaviour.tsv batch_invariant_checks.
+    if not ns.get("batch_invariant_mode"):
+        return
+    checks = set(_release_rule("batch_invariant_checks").split(","))
+    where = raw.location("batch_invariant_mode")
+    if "bf16" in checks and not ns.get("bf16"):
+        yield Problem("batch-invariant-mode", where, "--batch-invariant-mode needs bf16 parameters (--bf16)")
+    if "flash" in checks and (ns.get("attention_backend") or "auto") != "flash":
+        yield Problem("batch-invariant-mode", raw.location("attention_backend"),
+                      "--batch-invariant-mode needs --attention-backend flash")
+    if "fa_version" in checks and ns.get("flash_attention_version") not in (3, 4):
+        yield Problem("batch-invariant-mode", raw.location("flash_attention_version"),
+                      "--batch-invariant-mode needs --flash-attention-version 3 or 4")
+    if "cp" in checks and _size(ns, "context_parallel_size") != 1:
+        yield Problem("batch-invariant-mode", raw.location("context_parallel_size"),
+                      "--batch-invariant-mode does not support context parallelism")
+    dropout = ns.get("attention_dropout", 0.1)
+    if "dropout" in checks and isinstance(dropout, (int, float)) and dropout != 0:
+        yield Problem("batch-invariant-mode", raw.location("attention_dropout"),
+                      f"--batch-invariant-mode needs --attention-dropout 0 (it is {dropout}, the default 0.1 unless set)")
+    if "moe" not in checks or not (_int(ns.get("num_experts")) or 0) > 0:
+        return
+    if ns.get("transformer_impl") != "inference_optimized" and (ns.get("moe_token_dispatcher_type") or "allgather") != "alltoall":
+        yield Problem("batch-invariant-mode", raw.location("moe_token_dispatcher_type"),
+                      "batch-invariant MoE training needs --moe-token-dispatcher-type alltoall")
+    if ns.get("fp8") or ns.get("fp4"):
+        yield Problem("batch-invariant-mode", raw.location("fp8" if ns.get("fp8") else "fp4"),
+                      "batch-invariant MoE is bf16 only: drop --fp8-format / --fp4-format")
+    fused = [d for d in ("moe_permute_fusion", "moe_permute_fusion_into_hybridep") if ns.get(d)]
+    if fused:
+        yield Problem("batch-invariant-mode", raw.location(fused[0]),
+                      f"batch-invariant MoE needs the unfused permutation: drop {_flag(fused[0])}")
+    padded = [d for d in ("moe_pad_expert_input_to_capacity", "moe_pad_experts_for_cuda_graph_inference") if ns.get(d)]
+    if padded:
+        yield Problem("batch-invariant-mode", raw.location(padded[0]),
+                      f"batch-invariant MoE supports dropless routing only: drop {_flag(padded[0])}")
