@@ -148,6 +148,9 @@ CASES = [
     (MOE + " --moe-router-padding-for-quantization --fp8-format hybrid --moe-token-dispatcher-type allgather",
      "moe-router-padding", "--moe-router-padding-for-quantization"),
     (MOE + " --moe-router-topk 1", "moe-topk1-needs-pre-softmax", "--moe-router-topk"),
+    # the router checks do not ask for experts (the harness's dense CI rows with these mutations)
+    ("--moe-router-topk 1", "moe-topk1-needs-pre-softmax", "--moe-router-topk"),
+    ("--moe-router-enable-expert-bias", "moe-expert-bias-score-function", "--moe-router-enable-expert-bias"),
     (MOE + " --moe-router-topk 1 --moe-router-pre-softmax", None, None),
     (MOE + " --moe-router-topk 1 --moe-router-score-function sigmoid", None, None),
     (MOE + " --moe-router-topk 1 --moe-router-load-balancing-type sinkhorn", None, None),

@@ -269,12 +269,12 @@ def moe_routing(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
     if ns.get("moe_use_grouped_tensor") and not ns.get("moe_grouped_gemm"):
         yield Problem("moe-grouped-tensor-needs-grouped-gemm", raw.location("moe_use_grouped_tensor"),
                       "--moe-use-grouped-tensor needs --moe-grouped-gemm")
-    if experts is None:
-        # from e8e79a43e9 (0.18.0; megatron_behaviour.tsv moe_ffn_hidden_size_needs_experts)
-        if ns.get("moe_ffn_hidden_size") is not None and _release_rule("moe_ffn_hidden_size_needs_experts") == "1":
-            yield Problem("moe-ffn-hidden-size-without-experts", raw.location("moe_ffn_hidden_size"),
-                          "--moe-ffn-hidden-size is set but --num-experts is not")
-        return
+    # from e8e79a43e9 (0.18.0; megatron_behaviour.tsv moe_ffn_hidden_size_needs_experts)
+    if experts is None and ns.get("moe_ffn_hidden_size") is not None \
+            and _release_rule("moe_ffn_hidden_size_needs_experts") == "1":
+        yield Problem("moe-ffn-hidden-size-without-experts", raw.location("moe_ffn_hidden_size"),
+                      "--moe-ffn-hidden-size is set but --num-experts is not")
+    # The router checks below do not ask for experts: Megatron makes them on dense models too.
     balancing = ns.get("moe_router_load_balancing_type") or "aux_loss"
     if isinstance(balancing, (list, tuple)) and len(balancing) == 1:
         balancing = balancing[0]            # validate_args keeps a single type as a string
@@ -321,6 +321,8 @@ def moe_routing(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
         if not groups:
             yield Problem("moe-group-topk", where,
                           "--moe-router-group-topk (group-limited routing) needs --moe-router-num-groups")
+        elif experts is None:
+            yield Problem("moe-group-topk", where, "--moe-router-group-topk (group-limited routing) needs --num-experts")
         else:
             if experts % groups:
                 yield Problem("moe-group-topk", raw.location("moe_router_num_groups"),
