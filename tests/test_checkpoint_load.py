@@ -21,7 +21,7 @@ from test_cli import run
 # numbered tp fastest, then dp (dense) and etp, ep, edp (experts); the rank the estimate stands
 # for is the last, 7: tp 1, dp 3 / etp 1, ep 1, edp 1.  Its data-parallel group is {1, 3, 5, 7},
 # whose ep coordinates are 0, 1, 0, 1 and edp coordinates 0, 0, 1, 1.
-MOE = (TINY_GPT + " --num-experts 4 --moe-router-topk 1 --disable-bias-linear --sequence-parallel "
+MOE = (TINY_GPT + " --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax --disable-bias-linear --sequence-parallel "
        "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer "
        "--load /nonexistent/ckpt --ckpt-fully-parallel-load")
 

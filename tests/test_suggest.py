@@ -229,7 +229,7 @@ def test_the_fixture_failure_lists_suggestions(pytester, monkeypatch):
 
 # tp 4 with --expert-tensor-parallel-size 2 (outside the planner's etp choices 1 and tp): some
 # neighbouring families have no expert choice left within two parallel changes.
-MOE_ETP2 = ("--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-experts 4 --moe-router-topk 1 "
+MOE_ETP2 = ("--num-layers 4 --hidden-size 128 --num-attention-heads 8 --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax "
             "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "
             "--expert-tensor-parallel-size 2 --sequence-parallel --seq-length 256 --max-position-embeddings 256 "
             "--micro-batch-size 4 --global-batch-size 32 --vocab-size 1000 --bf16 --disable-bias-linear")
