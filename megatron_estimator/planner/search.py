@@ -173,6 +173,15 @@ class _Search:
             self._fits = [_Fit(*found) for found in self.found]
         return self._fits
 
+    def release(self) -> None:
+        """Drop every cache and fit of the run.  The caches hold reference cycles (a layout's
+        memory and its family's stage parts, the activations and the search): emptied here,
+        reference counting frees them at once, and the cyclic collector, off for the search,
+        has no hundreds of thousands of young objects to walk when it comes back on."""
+        for family in self._families.values():
+            family.__dict__.clear()
+        self.__dict__.clear()
+
     # -- the space -----------------------------------------------------------------------------
 
     def families(self) -> Iterator[tuple[int, int, int, PipelineChoice]]:
@@ -558,9 +567,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     if progress is not None:
         run.progress = _Progress(progress, clock, started)
     # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
-    # built, none of them in a reference cycle: the cyclic collector would only walk them again
-    # and again (a sixth of the run), and reference counting frees everything else
-    # (and so would it while the best are ranked and verified, the caches still alive).
+    # built: the cyclic collector would only walk them again and again (a sixth of the run).
+    # It stays off until the run has released them (their reference cycles broken, reference
+    # counting frees them), so it does not walk them even once when it comes back on.
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -569,9 +578,20 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
             raise NoValidLayout(_no_valid_layout(run), run.searched)
         chosen = _best(run.found, top)
         candidates = tuple(candidate(run, fit, verify) for fit in chosen)
+        plan = _plan(run, chosen, candidates, space, proxy)
+        # Emptied while the collector is still off: reference counting frees the caches
+        # (``_Search.release``), so it finds no young objects to walk when it comes back.
+        del chosen
+        run.release()
     finally:
         if collecting:
             gc.enable()
+    return replace(plan, seconds=clock() - started)
+
+
+def _plan(run: _Search, chosen: list[_Fit], candidates: tuple, space: SearchSpace, proxy: ProxyAssumptions) -> Plan:
+    """The Plan of a finished run (its ``seconds`` filled in by ``search``)."""
+    inp = run.inp
     notes = list(inp.notes)
     base_problems = run.base_problems
     if run.family_name == "hybrid":
@@ -587,10 +607,10 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         notes.append("with Megatron's default layout the input fails validation: "
                      + "; ".join(f"{p.location}: {p.message}" for p in base_problems))
     return Plan(
-        source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
-        budget_bytes=budget, budget_source=budget_source, candidates=candidates,
+        source=inp.source, world_size=run.world, global_batch_size=run.gbs,
+        budget_bytes=run.budget, budget_source=run.budget_source, candidates=candidates,
         searched=run.searched, valid=run.valid, fitting=len(run.found),
-        seconds=clock() - started, space=space, proxy=proxy,
+        seconds=0.0, space=space, proxy=proxy,
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )
