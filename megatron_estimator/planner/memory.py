@@ -33,7 +33,9 @@ Facts of the stage function and the schedule the caches rest on, exact and teste
 - the interleaved schedule's fullest moment is the first of its live counts
   (``layout.live_states``, which do not depend on the chunk weights) with the largest
   weighted sum, above zero: the same moment for weights scaled by a positive factor, so it
-  is cached per schedule and weights divided by their greatest common divisor.
+  is cached per schedule and weights divided by their greatest common divisor; with every
+  weight above zero only the steady state's counts can be it (``layout.steady_live_states``:
+  each warm-up count is below a later one, chunk by chunk).
 
 A layout fits when every stage group's model states plus its other bytes stay within the
 allocated bytes whose device peak is the budget (``LayoutMemory.limits``: the device peak

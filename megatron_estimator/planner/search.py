@@ -327,8 +327,8 @@ class _Search:
         return value
 
     def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
-        """``fullest_state``'s cache for this schedule: weights -> the state (and None -> the
-        live states by count)."""
+        """``fullest_state``'s cache for this schedule: weights -> the state (None -> the
+        live states by count, 0 -> the steady state's)."""
         schedule = (pp, rank, vpp, m, group, combined_1f1b)
         table = self._fullest.get(schedule)
         if table is None:
@@ -340,7 +340,8 @@ class _Search:
         """Microbatches alive per chunk at the interleaved schedule's fullest moment for chunk
         weights ``kept``, as ``microbatches_in_flight`` finds it: the first of model/layout.py
         ``live_states`` with the largest weighted sum (None when no sum is above zero: nothing
-        is held).  The moment is the same for weights scaled by a positive factor, so this is
+        is held; with every weight above zero, the first of ``steady_live_states``, the only
+        ones that can be).  The moment is the same for weights scaled by a positive factor, so this is
         cached on the weights divided by their greatest common divisor (``table``: the
         schedule's ``fullest_table``, when at hand)."""
         scale = math.gcd(*kept)
@@ -348,6 +349,21 @@ class _Search:
         by_weights = self.fullest_table(pp, rank, vpp, m, group, combined_1f1b) if table is None else table
         state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
         if state is not by_weights:
+            return state
+        if min(weights, default=0) > 0:
+            # Every weight above zero: only the steady state's counts can be the fullest (the
+            # warm-up's are each below a later one), all holding as many microbatches.
+            steady = by_weights.get(0)
+            if steady is None:
+                from megatron_estimator.model.layout import steady_live_states
+
+                steady = by_weights[0] = steady_live_states(pp, rank, vpp, m, group, combined_1f1b)
+            best, state = 0, None
+            for live in steady:
+                weight = sum(map(operator.mul, live, weights))
+                if weight > best:
+                    best, state = weight, live
+            by_weights[weights] = state
             return state
         ranked = by_weights.get(None)
         if ranked is None:
