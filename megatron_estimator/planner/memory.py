@@ -155,13 +155,13 @@ class LayoutActivations:
         if value is None:
             whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk, rid)
             per_kind = self._kinds or self.kind_bytes()
-            kept = sum(n * b for n, b in zip(whole, per_kind)) + groups[0] * self.layer_input
+            kept = sum(map(operator.mul, whole, per_kind)) + groups[0] * self.layer_input
             offloaded = self.cfg.training.cpu_offloading_num_layers
             if offloaded:
                 # --cpu-offloading-num-layers: the chunk's first layers live on the host
                 # (validation excludes recompute with it, so they are all whole layers).
                 kept -= sum(self.layer(i) for i in chunk.layers[:offloaded])
-            recompute_peak = max((sum(n * b for n, b in zip(counts, per_kind)) for counts in groups[1]), default=0)
+            recompute_peak = max((sum(map(operator.mul, counts, per_kind)) for counts in groups[1]), default=0)
             if chunk.pre_process:
                 kept += self.embedding
             if chunk.post_process:
@@ -526,8 +526,7 @@ class StageParts:
             if table is None:
                 table = family.fullest[(g, m)] = memory.search.fullest_table(
                     pp, rank, vpp, m, family.group_size, family.combined_1f1b)
-            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
-            live = 0 if state is None else sum(map(operator.mul, state, kept))
+            live = memory.search.fullest_held(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
         value = self.values[g] = other + live
         self._missing -= 1
         self.complete = not self._missing

@@ -327,13 +327,28 @@ class _Search:
         return value
 
     def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
-        """``fullest_state``'s cache for this schedule: weights -> the state (None -> the
-        live states by count, 0 -> the steady state's)."""
+        """``fullest_state``'s cache for this schedule: weights -> the state, (weights,) -> its
+        weighted sum (``fullest_held``), None -> the live states by count, 0 -> the steady
+        state's."""
         schedule = (pp, rank, vpp, m, group, combined_1f1b)
         table = self._fullest.get(schedule)
         if table is None:
             table = self._fullest[schedule] = {}
         return table
+
+    def fullest_held(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
+                     kept: tuple[int, ...], table: dict) -> int:
+        """The bytes alive at ``fullest_state``'s moment for chunk weights ``kept`` (0: none),
+        cached in ``table`` (the schedule's ``fullest_table``) for the weights over their
+        greatest common divisor, whose sum is that factor times smaller."""
+        scale = math.gcd(*kept)
+        weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
+        key = (weights,)
+        held = table.get(key)
+        if held is None:
+            state = self.fullest_state(pp, rank, vpp, m, group, combined_1f1b, weights, table)
+            held = table[key] = 0 if state is None else sum(map(operator.mul, state, weights))
+        return held * scale if scale > 1 else held
 
     def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
                       kept: tuple[int, ...], table: dict | None = None) -> tuple[int, ...] | None:
