@@ -85,3 +85,52 @@ def test_interleaved_peak_of_many_microbatches_is_simulated_on_an_equivalent_cou
     assert _equivalent_microbatches(4, 0, 2, 10**12, 4, 0) == 4 * 5
     assert microbatches_in_flight(4, 0, 2, 10**12, 4).chunk_microbatches == \
         microbatches_in_flight(4, 0, 2, 4 * 5, 4).chunk_microbatches
+
+
+def _schedule_states(pp, rank, vpp, m, group, extra):
+    """Live microbatches per chunk after each forward of the interleaved schedule, simulated
+    here on its own (schedules.py get_schedule_table: groups of ``group`` microbatches run every
+    chunk in turn; backward visits the chunks in reverse), with the warm-up's length."""
+    order = []
+    for start in range(0, m, group):
+        order += [chunk for chunk in range(vpp) for _ in range(min(group, m - start))]
+    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group + extra, m * vpp)
+    live, states = [0] * vpp, []
+    for k in range(m * vpp):
+        live[order[k]] += 1
+        states.append(tuple(live))
+        if k >= warmup:
+            live[vpp - 1 - order[k - warmup]] -= 1
+    return states, warmup
+
+
+def test_only_the_steady_states_can_be_the_fullest_with_positive_weights():
+    # steady_live_states (the planner's shortcut for chunk weights above zero) keeps, in order,
+    # the counts that can be the first heaviest: every count it drops is below a kept one chunk
+    # by chunk, and the first heaviest over all counts is among those kept, for any positive weights.
+    import random
+    from megatron_estimator.model.layout import live_states, steady_live_states
+
+    rng = random.Random(11)
+    for pp in (2, 3, 4, 6):
+        for vpp in (2, 3, 4):
+            for group in (pp, 2 * pp):
+                for m in list(range(1, 4 * group + 2)) + [61, 200]:
+                    for rank in range(pp):
+                        for extra in (0, 1):
+                            states, warmup = _schedule_states(pp, rank, vpp, m, group, extra)
+                            every = live_states(pp, rank, vpp, m, group, bool(extra))
+                            kept = steady_live_states(pp, rank, vpp, m, group, bool(extra))
+                            assert list(every) == list(dict.fromkeys(states))
+                            assert list(kept) == [s for s in every if s in kept]
+                            for s in set(states) - set(kept):
+                                assert any(t != s and all(a >= b for a, b in zip(t, s)) for t in kept)
+                            for _ in range(4):
+                                weights = tuple(rng.choice((1, rng.randint(1, 9), 10**9)) for _ in range(vpp))
+
+                                def first_heaviest(candidates):
+                                    return max(candidates, key=lambda s: (sum(map(int.__mul__, s, weights)),
+                                                                          -candidates.index(s)))
+                                assert first_heaviest(list(kept)) == first_heaviest(states) == \
+                                    microbatches_in_flight(pp, rank, vpp, m, group, weights,
+                                                           bool(extra)).chunk_microbatches

@@ -349,8 +349,8 @@ def test_no_valid_layout():
 # -- the schedule facts the planner relies on (layout.py, by brute force) -----------------------
 
 def test_the_fullest_moment_is_the_heaviest_live_count():
-    """The planner's held activations under the interleaved schedule (``_Search.fullest_state``,
-    cached on the weights over their greatest common divisor): the largest weighted sum of
+    """The planner's held activations under the interleaved schedule (``_Search.fullest_state``
+    and ``fullest_held``, cached on the weights over their greatest common divisor): the largest weighted sum of
     layout.live_states is what microbatches_in_flight's fullest moment holds, for any weights
     (scaled ones, zeros included) and many microbatches."""
     from megatron_estimator.model.layout import live_states
@@ -377,6 +377,8 @@ def test_the_fullest_moment_is_the_heaviest_live_count():
                                 assert (0 if state is None else sum(n * w for n, w in zip(state, weights))) == held
                                 if held:
                                     assert state == counts.chunk_microbatches
+                                table = run.fullest_table(pp, rank, vpp, m, group, combined)
+                                assert run.fullest_held(pp, rank, vpp, m, group, combined, weights, table) == held
                                 checked += 1
     assert checked > 5000
 

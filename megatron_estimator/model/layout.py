@@ -211,6 +211,21 @@ def live_states(pp: int, rank: int, vpp: int, num_microbatches: int, group_size:
                         group_size, extra)
 
 
+def steady_live_states(pp: int, rank: int, vpp: int, num_microbatches: int, group_size: int,
+                       combined_1f1b: bool = False) -> tuple[tuple[int, ...], ...]:
+    """The ``live_states`` that can be the fullest moment when every chunk weight is above
+    zero, in the same order: during the warm-up the live counts only grow, so each count the
+    warm-up reaches is below, chunk by chunk, the count after the next forward and never the
+    first with the largest weighted sum.  They are the counts after the steady state's
+    forwards (all of warm-up + 1 microbatches), or the warm-up's last where it has none."""
+    extra = int(combined_1f1b)
+    m = _equivalent_microbatches(pp, rank, vpp, num_microbatches, group_size, extra)
+    states = _live_states(pp, rank, vpp, m, group_size, extra)
+    # The warm-up's counts are its first entries (each holds one microbatch more than the last).
+    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group_size + extra, m * vpp)
+    return states[warmup:] or states[-1:]
+
+
 @lru_cache(maxsize=4096)
 def _live_states(pp: int, rank: int, vpp: int, m: int, group: int, extra_warmup: int = 0) -> tuple[tuple[int, ...], ...]:
     # schedules.py get_schedule_table: microbatches in groups of `group`, each group runs

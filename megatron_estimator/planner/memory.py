@@ -33,7 +33,9 @@ Facts of the stage function and the schedule the caches rest on, exact and teste
 - the interleaved schedule's fullest moment is the first of its live counts
   (``layout.live_states``, which do not depend on the chunk weights) with the largest
   weighted sum, above zero: the same moment for weights scaled by a positive factor, so it
-  is cached per schedule and weights divided by their greatest common divisor.
+  is cached per schedule and weights divided by their greatest common divisor; with every
+  weight above zero only the steady state's counts can be it (``layout.steady_live_states``:
+  each warm-up count is below a later one, chunk by chunk).
 
 A layout fits when every stage group's model states plus its other bytes stay within the
 allocated bytes whose device peak is the budget (``LayoutMemory.limits``: the device peak
@@ -153,13 +155,13 @@ class LayoutActivations:
         if value is None:
             whole, groups = self.search.recompute_grouping(self.cfg, rec, chunk_id, chunk, rid)
             per_kind = self._kinds or self.kind_bytes()
-            kept = sum(n * b for n, b in zip(whole, per_kind)) + groups[0] * self.layer_input
+            kept = sum(map(operator.mul, whole, per_kind)) + groups[0] * self.layer_input
             offloaded = self.cfg.training.cpu_offloading_num_layers
             if offloaded:
                 # --cpu-offloading-num-layers: the chunk's first layers live on the host
                 # (validation excludes recompute with it, so they are all whole layers).
                 kept -= sum(self.layer(i) for i in chunk.layers[:offloaded])
-            recompute_peak = max((sum(n * b for n, b in zip(counts, per_kind)) for counts in groups[1]), default=0)
+            recompute_peak = max((sum(map(operator.mul, counts, per_kind)) for counts in groups[1]), default=0)
             if chunk.pre_process:
                 kept += self.embedding
             if chunk.post_process:
@@ -524,8 +526,7 @@ class StageParts:
             if table is None:
                 table = family.fullest[(g, m)] = memory.search.fullest_table(
                     pp, rank, vpp, m, family.group_size, family.combined_1f1b)
-            state = memory.search.fullest_state(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
-            live = 0 if state is None else sum(map(operator.mul, state, kept))
+            live = memory.search.fullest_held(pp, rank, vpp, m, family.group_size, family.combined_1f1b, kept, table)
         value = self.values[g] = other + live
         self._missing -= 1
         self.complete = not self._missing

@@ -173,6 +173,15 @@ class _Search:
             self._fits = [_Fit(*found) for found in self.found]
         return self._fits
 
+    def release(self) -> None:
+        """Drop every cache and fit of the run.  The caches hold reference cycles (a layout's
+        memory and its family's stage parts, the activations and the search): emptied here,
+        reference counting frees them at once, and the cyclic collector, off for the search,
+        has no hundreds of thousands of young objects to walk when it comes back on."""
+        for family in self._families.values():
+            family.__dict__.clear()
+        self.__dict__.clear()
+
     # -- the space -----------------------------------------------------------------------------
 
     def families(self) -> Iterator[tuple[int, int, int, PipelineChoice]]:
@@ -318,20 +327,36 @@ class _Search:
         return value
 
     def fullest_table(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool) -> dict:
-        """``fullest_state``'s cache for this schedule: weights -> the state (and None -> the
-        live states by count)."""
+        """``fullest_state``'s cache for this schedule: weights -> the state, (weights,) -> its
+        weighted sum (``fullest_held``), None -> the live states by count, 0 -> the steady
+        state's."""
         schedule = (pp, rank, vpp, m, group, combined_1f1b)
         table = self._fullest.get(schedule)
         if table is None:
             table = self._fullest[schedule] = {}
         return table
 
+    def fullest_held(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
+                     kept: tuple[int, ...], table: dict) -> int:
+        """The bytes alive at ``fullest_state``'s moment for chunk weights ``kept`` (0: none),
+        cached in ``table`` (the schedule's ``fullest_table``) for the weights over their
+        greatest common divisor, whose sum is that factor times smaller."""
+        scale = math.gcd(*kept)
+        weights = tuple(map(scale.__rfloordiv__, kept)) if scale > 1 else kept
+        key = (weights,)
+        held = table.get(key)
+        if held is None:
+            state = self.fullest_state(pp, rank, vpp, m, group, combined_1f1b, weights, table)
+            held = table[key] = 0 if state is None else sum(map(operator.mul, state, weights))
+        return held * scale if scale > 1 else held
+
     def fullest_state(self, pp: int, rank: int, vpp: int, m: int, group: int, combined_1f1b: bool,
                       kept: tuple[int, ...], table: dict | None = None) -> tuple[int, ...] | None:
         """Microbatches alive per chunk at the interleaved schedule's fullest moment for chunk
         weights ``kept``, as ``microbatches_in_flight`` finds it: the first of model/layout.py
         ``live_states`` with the largest weighted sum (None when no sum is above zero: nothing
-        is held).  The moment is the same for weights scaled by a positive factor, so this is
+        is held; with every weight above zero, the first of ``steady_live_states``, the only
+        ones that can be).  The moment is the same for weights scaled by a positive factor, so this is
         cached on the weights divided by their greatest common divisor (``table``: the
         schedule's ``fullest_table``, when at hand)."""
         scale = math.gcd(*kept)
@@ -339,6 +364,21 @@ class _Search:
         by_weights = self.fullest_table(pp, rank, vpp, m, group, combined_1f1b) if table is None else table
         state = by_weights.get(weights, by_weights)           # the dict itself: not known yet
         if state is not by_weights:
+            return state
+        if min(weights, default=0) > 0:
+            # Every weight above zero: only the steady state's counts can be the fullest (the
+            # warm-up's are each below a later one), all holding as many microbatches.
+            steady = by_weights.get(0)
+            if steady is None:
+                from megatron_estimator.model.layout import steady_live_states
+
+                steady = by_weights[0] = steady_live_states(pp, rank, vpp, m, group, combined_1f1b)
+            best, state = 0, None
+            for live in steady:
+                weight = sum(map(operator.mul, live, weights))
+                if weight > best:
+                    best, state = weight, live
+            by_weights[weights] = state
             return state
         ranked = by_weights.get(None)
         if ranked is None:
@@ -558,9 +598,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     if progress is not None:
         run.progress = _Progress(progress, clock, started)
     # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
-    # built, none of them in a reference cycle: the cyclic collector would only walk them again
-    # and again (a sixth of the run), and reference counting frees everything else
-    # (and so would it while the best are ranked and verified, the caches still alive).
+    # built: the cyclic collector would only walk them again and again (a sixth of the run).
+    # It stays off until the run has released them (their reference cycles broken, reference
+    # counting frees them), so it does not walk them even once when it comes back on.
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -569,9 +609,20 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
             raise NoValidLayout(_no_valid_layout(run), run.searched)
         chosen = _best(run.found, top)
         candidates = tuple(candidate(run, fit, verify) for fit in chosen)
+        plan = _plan(run, chosen, candidates, space, proxy)
+        # Emptied while the collector is still off: reference counting frees the caches
+        # (``_Search.release``), so it finds no young objects to walk when it comes back.
+        del chosen
+        run.release()
     finally:
         if collecting:
             gc.enable()
+    return replace(plan, seconds=clock() - started)
+
+
+def _plan(run: _Search, chosen: list[_Fit], candidates: tuple, space: SearchSpace, proxy: ProxyAssumptions) -> Plan:
+    """The Plan of a finished run (its ``seconds`` filled in by ``search``)."""
+    inp = run.inp
     notes = list(inp.notes)
     base_problems = run.base_problems
     if run.family_name == "hybrid":
@@ -587,10 +638,10 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         notes.append("with Megatron's default layout the input fails validation: "
                      + "; ".join(f"{p.location}: {p.message}" for p in base_problems))
     return Plan(
-        source=inp.source, world_size=world_size, global_batch_size=global_batch_size,
-        budget_bytes=budget, budget_source=budget_source, candidates=candidates,
+        source=inp.source, world_size=run.world, global_batch_size=run.gbs,
+        budget_bytes=run.budget, budget_source=run.budget_source, candidates=candidates,
         searched=run.searched, valid=run.valid, fitting=len(run.found),
-        seconds=clock() - started, space=space, proxy=proxy,
+        seconds=0.0, space=space, proxy=proxy,
         rejections=tuple(sorted(run.rejections.items(), key=lambda kv: (-kv[1], kv[0]))),
         notes=tuple(notes),
     )

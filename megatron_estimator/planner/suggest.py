@@ -249,7 +249,7 @@ def _run(inp, current: _Current, estimate: Estimate, overheads, environ, space, 
     run = SuggestionSearch(inp, current, estimate.world_size, estimate.budget_bytes, estimate.budget_source or "",
                            overheads, environ, space, proxy, max_parallel_changes)
     collecting = gc.isenabled()
-    gc.disable()          # as planner.search.search: the caches hold no reference cycles
+    gc.disable()          # as planner.search.search (the caller reads the run afterwards)
     try:
         run.run()
     finally:
