@@ -242,3 +242,24 @@ def test_plan_of_a_hybrid_entry_script_without_a_pattern_is_refused(tmp_path):
     with pytest.raises(InvalidInput) as err:
         api.plan(str(script), world_size=2, global_batch_size=4, budget=8 * GiB, environ={})
     assert [p.code for p in err.value.problems] == ["missing-hybrid-pattern"]
+
+
+def test_no_re_split_pattern_for_a_release_without_hybrid_layer_pattern():
+    # 0.16.1 has --hybrid-override-pattern only (no '|' segments): the planner proposes pipe-free
+    # splits there, never a --hybrid-layer-pattern it would refuse.
+    from megatron_estimator.megatron.releases import using_release
+
+    text = toy("M*M-M*M-").replace("--hybrid-layer-pattern", "--hybrid-override-pattern")
+    big = ("--hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 "
+           "--vocab-size 1000 --bf16 --mamba-head-dim 64 --mamba-state-dim 16 --mamba-num-groups 8 "
+           "--hidden-dropout 0 --micro-batch-size 4 --global-batch-size 32 --hybrid-override-pattern M*M-M*M- "
+           "--tensor-model-parallel-size 2")
+    with using_release("0.16.1"):
+        layouts = _layouts(text, 4, SMALL_SPACE)
+        assert layouts and not any(layout.get("hybrid_layer_pattern") for layout in layouts)
+        verdict = evaluate(big, world_size=8, budget=3 * GiB, suggest=True)
+    assert verdict.estimate is not None and verdict.estimate.fits is False
+    assert verdict.suggestions is not None and verdict.suggestions.suggestions
+    assert all("--hybrid-layer-pattern" not in s.flags for s in verdict.suggestions.suggestions)
+    # On main the same model may be re-split.
+    assert any(layout.get("hybrid_layer_pattern") for layout in _layouts(text, 4, SMALL_SPACE))

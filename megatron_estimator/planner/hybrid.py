@@ -79,8 +79,12 @@ def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
 def _resplitter(namespace: Mapping[str, Any]) -> Callable[[int, int], PipelineChoice] | None:
     """(pp, v) -> the pattern re-split into pp x v balanced '|' segments: how Megatron interleaves
     a hybrid (v virtual stages), or splits one unevenly.  None where the pattern cannot be
-    rewritten as one --hybrid-layer-pattern: the legacy --mtp-hybrid-override-pattern."""
-    if namespace.get("mtp_hybrid_override_pattern") is not None:
+    rewritten as one --hybrid-layer-pattern: the legacy --mtp-hybrid-override-pattern, or a
+    release whose flags have no --hybrid-layer-pattern (0.16.1 and before: --hybrid-override-pattern
+    only, without '|' segments)."""
+    from megatron_estimator.megatron.flags import flag_table
+
+    if namespace.get("mtp_hybrid_override_pattern") is not None or flag_table().by_dest("hybrid_layer_pattern") is None:
         return None
     parsed, _ = parse_pattern(namespace["hybrid_pattern_unified"])
     layers = parsed.layers
