@@ -65,6 +65,16 @@ def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None
     return run(resolve(text, world_size, environ, extra), budget=budget, environ=environ or {})
 
 
+def model_caches() -> list:
+    """Every ``functools.lru_cache`` of ``megatron_estimator.model`` (found by exact type: an
+    ``isinstance`` check would touch torch's deprecated objects and warn)."""
+    import functools
+    import gc
+
+    return [o for o in gc.get_objects() if type(o) is functools._lru_cache_wrapper
+            and getattr(o, "__module__", "").startswith("megatron_estimator.model")]
+
+
 def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None):
     """The problems validation reports, as (code, location) pairs plus the messages."""
     from megatron_estimator.core.problems import InvalidInput

@@ -240,9 +240,6 @@ def test_a_repeated_estimate_equals_one_with_the_model_caches_emptied():
     # The memory model memoises per configuration (chunk records, stage states and terms,
     # activations): a cached answer must be the one a first estimate computes, and no caller
     # may change what a cache holds.
-    import functools
-    import gc
-
     from conftest import estimate
 
     extra = ("--num-experts 8 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 "
@@ -253,8 +250,9 @@ def test_a_repeated_estimate_equals_one_with_the_model_caches_emptied():
         for chunk in stage.chunks:
             chunk_tensors(config, chunk).clear()           # a caller's list is its own
     again = estimate(TINY_GPT, 8, extra)
-    for cache in [o for o in gc.get_objects() if type(o) is functools._lru_cache_wrapper
-                  and getattr(o, "__module__", "").startswith("megatron_estimator.model")]:
+    from conftest import model_caches
+
+    for cache in model_caches():
         cache.cache_clear()
     fresh = estimate(TINY_GPT, 8, extra)
     assert first == again == fresh

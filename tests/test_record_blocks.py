@@ -11,8 +11,6 @@ the memory model builds and walks must not grow with the number of layers."""
 
 from __future__ import annotations
 
-import functools
-import gc
 import random
 
 import pytest
@@ -179,8 +177,9 @@ def test_random_runs_of_layers_walk_like_every_tensor():
 
 
 def _model_caches():
-    return [o for o in gc.get_objects() if type(o) is functools._lru_cache_wrapper
-            and getattr(o, "__module__", "").startswith("megatron_estimator.model")]
+    from conftest import model_caches
+
+    return model_caches()
 
 
 def _records_walked(monkeypatch, text: str, world: int, extra: str) -> tuple[int, int]:

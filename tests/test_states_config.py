@@ -7,8 +7,6 @@ every cache emptied, on the full configuration."""
 
 from __future__ import annotations
 
-import functools
-import gc
 
 import pytest
 
@@ -53,8 +51,9 @@ def config_of(flags):
 
 
 def _model_caches():
-    return [o for o in gc.get_objects() if isinstance(o, functools._lru_cache_wrapper)
-            and getattr(o, "__module__", "").startswith("megatron_estimator.model")]
+    from conftest import model_caches
+
+    return model_caches()
 
 
 def test_training_settings_are_not_readable():
