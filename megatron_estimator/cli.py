@@ -650,17 +650,20 @@ def cmd_compare(ns, environ) -> int:
 
 
 def _release_given(settings) -> bool:
-    """--megatron-version on the command line: it wins over everything detected."""
-    entry = settings.entry("megatron-version")
-    return entry.given and entry.source.startswith("command line")
+    """--megatron-version, the megatron-version setting or $MEGATRON_ESTIMATOR_MEGATRON_VERSION:
+    a release asked for wins over everything detected."""
+    from megatron_estimator.megatron.releases import ENV_VAR
+
+    return settings.entry("megatron-version").given or bool(os.environ.get(ENV_VAR))
 
 
 def _choose_release(ns, settings) -> None:
     """The Megatron release every later lookup answers for, first match wins: --megatron-version,
-    the package_info.py of the Megatron-LM tree holding the launched script (or on the job's
-    PYTHONPATH), the megatron-version setting (MEGATRON_ESTIMATOR_MEGATRON_VERSION, a config
-    file), a NeMo container tag in the launch or its script, for ``run`` only (the environment
-    is the job's) the installed megatron-core's metadata, else the newest supported release."""
+    the megatron-version setting (MEGATRON_ESTIMATOR_MEGATRON_VERSION, a config file), the
+    package_info.py of the Megatron-LM tree holding the launched script (or on the job's
+    PYTHONPATH), for ``run`` only (the environment is the job's) the installed megatron-core's
+    metadata, a NeMo container tag in the launch or its script, else the newest supported
+    release."""
     from megatron_estimator.api import choose_megatron_release
 
     entry = settings.entry("megatron-version")

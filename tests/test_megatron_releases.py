@@ -94,12 +94,16 @@ def test_detected_from_the_jobs_pythonpath_with_rc_warning(tmp_path):
     assert "0.18.0rc0" in chosen.warning
 
 
-def test_given_version_wins_over_tree_and_environment(tmp_path):
+def test_given_version_and_setting_win_over_the_tree(tmp_path):
     from megatron_estimator.api import choose_megatron_release
     tree = fake_tree(tmp_path, 0, 16, 1)
     env = {"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.14"}
     assert choose_megatron_release("0.19", env, launch=[str(tree / "pretrain_gpt.py")]).version == "0.19.0"
-    assert choose_megatron_release(None, env, launch=[str(tree / "pretrain_gpt.py")]).version == "0.16.1"
+    # The setting (here its environment variable) is asked for: it wins over the tree detected
+    # (the order: the flag, the setting or its variable, then what is detected).
+    chosen = choose_megatron_release(None, env, launch=[str(tree / "pretrain_gpt.py")])
+    assert (chosen.version, chosen.source) == ("0.14.0", "MEGATRON_ESTIMATOR_MEGATRON_VERSION")
+    assert choose_megatron_release(None, {}, launch=[str(tree / "pretrain_gpt.py")]).version == "0.16.1"
     chosen = choose_megatron_release(None, env, launch=["python", "x.py"])
     assert (chosen.version, chosen.source) == ("0.14.0", "MEGATRON_ESTIMATOR_MEGATRON_VERSION")
 

@@ -559,13 +559,20 @@ def test_release_detected_from_a_megatron_tree_on_the_jobs_pythonpath(pytester, 
     (tree / "megatron" / "core").mkdir(parents=True)
     (tree / "megatron" / "core" / "package_info.py").write_text("MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ''\n")
     env = {"PYTHONPATH": str(tree)}
-    pytester.makeini("[pytest]\nmegatron_version = main\n")      # detection outweighs the ini option
     pytester.makepyfile(f"""
         def test_tree(megatron_memory):
             estimate = megatron_memory.estimate({LLAMA3_8B!r}, world_size=8, environ={env!r})
             assert estimate.total_parameters == {PARAMS_0_16}
             chosen = megatron_memory.megatron_release(environ={env!r})
             assert chosen.source == {str(tree / "megatron" / "core" / "package_info.py")!r}
+    """)
+    run(pytester).assert_outcomes(passed=1)
+    # A release asked for (the ini option) wins over the tree detected.
+    pytester.makeini("[pytest]\nmegatron_version = main\n")
+    pytester.makepyfile(f"""
+        def test_tree(megatron_memory):
+            chosen = megatron_memory.megatron_release(environ={env!r})
+            assert chosen.version == "main"
     """)
     run(pytester).assert_outcomes(passed=1)
 

@@ -21,14 +21,14 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
                             select: bool = True, given_source: str = "--megatron-version",
                             environment_is_jobs: bool = False):
     """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
-    ``given`` (``--megatron-version``); ``megatron/core/package_info.py`` of the Megatron-LM
-    tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH`` entry); the
-    setting (``setting``, else ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``); a NeMo container tag
-    (``nvcr.io/nvidia/nemo:YY.MM``) in ``launch`` or in a launch script it names, by
-    ``data/nemo_containers.tsv``; with ``environment_is_jobs`` only (``run``: the checking
-    environment is the job's), the installed megatron-core's metadata; else the newest
-    supported release.  Without ``environment_is_jobs`` the installed megatron-core is not
-    consulted, so the API, tests and calibration stay deterministic.  With ``select`` it
+    ``given`` (``--megatron-version``); the setting (``setting``, else
+    ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``); ``megatron/core/package_info.py`` of the
+    Megatron-LM tree that holds a launched ``*.py`` of ``launch`` (or of a ``PYTHONPATH``
+    entry); with ``environment_is_jobs`` only (``run``: the checking environment is the job's),
+    the installed megatron-core's metadata; a NeMo container tag (``nvcr.io/nvidia/nemo:YY.MM``)
+    in ``launch`` or in a launch script it names, by ``data/nemo_containers.tsv``; else the
+    newest supported release.  Without ``environment_is_jobs`` the installed megatron-core is
+    not consulted, so the API, tests and calibration stay deterministic.  With ``select`` it
     becomes the release every later lookup answers for.  Raises ``ValueError``
     (``UnknownRelease``) naming the supported releases.  ``given_source`` names where
     ``given`` came from (the pytest fixture's argument or option)."""
@@ -40,19 +40,16 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
     chosen, notes = None, []
     if given:
         chosen = release_of(given, given_source)
+    if chosen is None and setting is not None:          # (value, source) of the settings
+        chosen = release_of(*setting)
+    elif chosen is None and environ.get(ENV_VAR):
+        chosen = release_of(environ[ENV_VAR], ENV_VAR)
     if chosen is None:
         for path in _package_info_candidates(launch or (), environ):
             version = read_package_info(path)
             if version:
                 chosen = release_of(version, path, detected=True)
                 break
-    if chosen is None and setting is not None:          # (value, source) of the settings
-        chosen = release_of(*setting)
-    elif chosen is None and environ.get(ENV_VAR):
-        chosen = release_of(environ[ENV_VAR], ENV_VAR)
-    if chosen is None and launch:
-        chosen, note = nemo_container_release(_nemo_tags_of(launch))
-        notes += [note] if note else []
     if chosen is None and environment_is_jobs:
         from megatron_estimator.core.distributions import job_path
 
@@ -62,6 +59,9 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
                                          "(its installed metadata)", detected=True) if version else None
         except ValueError as error:     # detection, not a request: fall through, saying why
             notes.append(f"the checking environment's megatron-core is not used: {error}")
+    if chosen is None and launch:
+        chosen, note = nemo_container_release(_nemo_tags_of(launch))
+        notes += [note] if note else []
     if chosen is not None and notes:
         chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
     elif chosen is None and notes:
