@@ -650,11 +650,9 @@ def cmd_compare(ns, environ) -> int:
 
 
 def _release_given(settings) -> bool:
-    """--megatron-version, the megatron-version setting or $MEGATRON_ESTIMATOR_MEGATRON_VERSION:
-    a release asked for wins over everything detected."""
-    from megatron_estimator.megatron.releases import ENV_VAR
-
-    return settings.entry("megatron-version").given or bool(os.environ.get(ENV_VAR))
+    """--megatron-version, the megatron-version setting or $MEGATRON_ESTIMATOR_MEGATRON_VERSION
+    (the settings read it): a release asked for wins over everything detected."""
+    return settings.entry("megatron-version").given
 
 
 def _choose_release(ns, settings) -> None:
