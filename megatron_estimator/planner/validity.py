@@ -110,15 +110,18 @@ def accepted_pairs(verdicts: "RuleVerdicts", choice: list[int], recomputes: list
     choice, and the problem codes of the rejected ones with their counts."""
     ok, rejected = [], {}
     choice = list(choice)
+    check = verdicts.check
+    # A level with no table passes every choice: its check is skipped.
+    by_recompute, by_sp = bool(verdicts.levels[RECOMPUTE]), bool(verdicts.levels[SP])
     for r, rec in enumerate(recomputes):
         choice[2] = r
-        code = verdicts.check(RECOMPUTE, choice)
+        code = check(RECOMPUTE, choice) if by_recompute else None
         if code is not None:
             rejected[code] = rejected.get(code, 0) + len(sps)
             continue
         for s, sp in enumerate(sps):
             choice[3] = s
-            code = verdicts.check(SP, choice)
+            code = check(SP, choice) if by_sp else None
             if code is not None:
                 rejected[code] = rejected.get(code, 0) + 1
                 continue
