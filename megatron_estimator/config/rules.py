@@ -37,7 +37,11 @@ def _flag(dest: str) -> str:
 
 def _ints(ns: Namespace, *dests: str) -> bool:
     """True when every dest holds a positive int (otherwise the schema already complained)."""
-    return all(isinstance(ns.get(d), int) and not isinstance(ns.get(d), bool) and ns.get(d) > 0 for d in dests)
+    for d in dests:
+        value = ns.get(d)          # read once (the planner's namespace records each read)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return False
+    return True
 
 
 @rule

@@ -98,12 +98,14 @@ class LayoutCost:
         bubble = 1 + (self.layout.pp - 1) / ((self.family.vpp or 1) * m)
         cache = self._steps
         out = []
-        for r, rec, sp, *_ in choices:
-            head = cache.get((r, sp, do))
+        get, append = cache.get, out.append
+        for choice in choices:
+            key = (choice[0], choice[2], do)                 # (r, sp, do)
+            head = get(key)
             if head is None:
-                rr, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(rec, sp, do)
-                head = cache[(r, sp, do)] = (1 + rr + tp_c + cp_c + ep_c, dp_c)
-            out.append(head[0] * bubble + head[1])
+                rr, tp_c, cp_c, ep_c, dp_c, _, _ = self._proxy_terms(choice[1], choice[2], do)
+                head = cache[key] = (1 + rr + tp_c + cp_c + ep_c, dp_c)
+            append(head[0] * bubble + head[1])
         return out
 
     def _layout_terms(self) -> tuple:

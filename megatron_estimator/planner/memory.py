@@ -508,20 +508,22 @@ class StageParts:
         return self.values
 
     def compute(self, g: int) -> int:
-        memory, acts, m, rec, rid = self.memory, self.acts, self.m, self.rec, self.rid
+        memory, acts, rid = self.memory, self.acts, self.rid
         family = memory.family
         group = family.groups[g]
-        pp, vpp, rank = memory.layout.pp, family.vpp, group.rank
-        kept, other = acts._stages.get((group.stage_id, rid)) or acts.stage(group, rec, rid)
+        kept, other = acts._stages.get((group.stage_id, rid)) or acts.stage(group, self.rec, rid)
         if group.runs_loss:
-            other += acts.deferred(m)
+            other += acts.deferred(self.m)
+        pp = memory.layout.pp
         if pp == 1:
             live = sum(kept)                              # layout.microbatches_in_flight: one at a time
-        elif vpp is None:
-            live = min(pp - rank, m) * kept[0]            # 1F1B: min(p - r, M) microbatches
+        elif family.vpp is None:
+            m = self.m
+            live = (pp - group.rank if pp - group.rank < m else m) * kept[0]   # 1F1B: min(p - r, M) microbatches
         else:
             # The fullest moment: the first live count with the largest weighted sum, so the
             # activations held then are the largest sum (none: nothing held).
+            m, vpp, rank = self.m, family.vpp, group.rank
             table = family.fullest.get((g, m))
             if table is None:
                 table = family.fullest[(g, m)] = memory.search.fullest_table(

@@ -243,17 +243,20 @@ class _Search:
             outer_dims = {d for dims, _ in inner for d in dims if d in (EXPERT, BATCH)}
             by_expert, by_batch = EXPERT in outer_dims, BATCH in outer_dims
             batch_rules = bool(verdicts.levels[BATCH])
+            expert_rules = bool(verdicts.levels[EXPERT])
             accepted: dict[tuple, tuple[list, dict]] = {}
             choice = [0, 0, 0, 0]
             found, searched, valid = self.found, 0, 0
+            append, rejections = found.append, self.rejections
             for e, (ep, etp) in enumerate(experts):
                 if progress is not None:
                     progress(self.searched + searched, len(found), index + 1, total)
                 choice[0] = e
-                code = verdicts.check(EXPERT, choice)
-                if code is not None:
-                    self._reject(code, len(batches) * per_batch)
-                    continue
+                if expert_rules:
+                    code = verdicts.check(EXPERT, choice)
+                    if code is not None:
+                        self._reject(code, len(batches) * per_batch)
+                        continue
                 layout = LayoutChoice(tp, cp, pp, ep, etp, pipeline)
                 memory = LayoutMemory(self, layout, family, first)
                 cost = LayoutCost(self, layout, family, memory.dims)
@@ -270,8 +273,9 @@ class _Search:
                         pairs = accepted[key] = accepted_pairs(verdicts, choice, recomputes, sps)
                     ok, rejected = pairs
                     if rejected:
-                        for code, count in rejected.items():
-                            self._reject(code, count)
+                        for code, count in rejected.items():        # _reject, inline
+                            self.searched += count
+                            rejections[code] = rejections.get(code, 0) + count
                     searched += len(ok)
                     valid += len(ok)
                     exceed = memory._exceed.get(do)
@@ -280,7 +284,7 @@ class _Search:
                     fits = memory.assess_all(do, mbs, m, ok)
                     if fits:
                         for (r, rec, sp, device), step in zip(fits, cost.steps(m, do, fits)):
-                            found.append((step, device, memory, cost, mbs, m, do, rec, sp, chosen))
+                            append((step, device, memory, cost, mbs, m, do, rec, sp, chosen))
             self.searched += searched
             self.valid += valid
 

@@ -110,15 +110,18 @@ def accepted_pairs(verdicts: "RuleVerdicts", choice: list[int], recomputes: list
     choice, and the problem codes of the rejected ones with their counts."""
     ok, rejected = [], {}
     choice = list(choice)
+    check = verdicts.check
+    # A level with no table passes every choice: its check is skipped.
+    by_recompute, by_sp = bool(verdicts.levels[RECOMPUTE]), bool(verdicts.levels[SP])
     for r, rec in enumerate(recomputes):
         choice[2] = r
-        code = verdicts.check(RECOMPUTE, choice)
+        code = check(RECOMPUTE, choice) if by_recompute else None
         if code is not None:
             rejected[code] = rejected.get(code, 0) + len(sps)
             continue
         for s, sp in enumerate(sps):
             choice[3] = s
-            code = verdicts.check(SP, choice)
+            code = check(SP, choice) if by_sp else None
             if code is not None:
                 rejected[code] = rejected.get(code, 0) + 1
                 continue
@@ -152,20 +155,25 @@ class RuleReads(Mapping):
         self._over = over
         self.dims: set[int] = set()
 
-    def get(self, key, default=None):
-        dim = _KEY_DIM.get(key)
-        if dim is not None:
-            self.dims.add(dim)
-        if key in self._over:
-            return self._over[key]
+    # Every key of ``over`` is a choice dimension's (``_KEY_DIM``), so a key of none is the base's.
+    def get(self, key, default=None, _dim_of=_KEY_DIM.get):
+        dim = _dim_of(key)
+        if dim is None:
+            return self._base.get(key, default)
+        self.dims.add(dim)
+        over = self._over
+        if key in over:
+            return over[key]
         return self._base.get(key, default)
 
-    def __getitem__(self, key):
-        dim = _KEY_DIM.get(key)
-        if dim is not None:
-            self.dims.add(dim)
-        if key in self._over:
-            return self._over[key]
+    def __getitem__(self, key, _dim_of=_KEY_DIM.get):
+        dim = _dim_of(key)
+        if dim is None:
+            return self._base[key]
+        self.dims.add(dim)
+        over = self._over
+        if key in over:
+            return over[key]
         return self._base[key]
 
     def __contains__(self, key) -> bool:
@@ -251,9 +259,16 @@ def family_verdicts(rules, raw: RawArgs, env: Mapping[str, str], run: RunContext
     expert_over = [expert_overlay(ep, etp) for ep, etp in experts]
     rec_over = [[recompute_overlay(rec, sp, first) for sp in sps] for rec in recomputes]
 
+    overlays: dict[tuple[int, int, int], dict] = {}
+
     def view(choice) -> RuleReads:
         e, b, r, s = choice
-        return RuleReads(namespaces[b], {**expert_over[e], **rec_over[r][s]})
+        over = overlays.get((e, r, s))
+        if over is None:
+            over = overlays[e, r, s] = {**expert_over[e], **rec_over[r][s]}
+            # RuleReads.get reads a key of no choice dimension from the base namespace alone.
+            assert all(key in _KEY_DIM for key in over), sorted(set(over) - set(_KEY_DIM))
+        return RuleReads(namespaces[b], over)
 
     sizes = (len(experts), len(namespaces), len(recomputes), len(sps))
     return RuleVerdicts(rules, raw, env, run, sizes, view, ignored)
