@@ -100,3 +100,17 @@ def test_version_groups_as_the_pattern():
     for text in texts:
         found = pattern.match(text)
         assert releases._version_groups(text) == (found.groups() if found else None), text
+
+
+def test_entry_script_name_as_the_pattern():
+    from megatron_estimator.inputs.launch.script import _is_entry_name
+
+    entry = re.compile(r"^pretrain\w*\.py$")
+    rng = random.Random(14)
+    alphabet = "pretain_.y-Ü٣ \n/x"
+    names = ["pretrain.py", "pretrain_gpt.py", "pretrain_gpt.py\n", "pretrain_gpt.py\n\n", "pretrain.p", "pretrainpy",
+             "pretrain_ü٣.py", "pretrain-gpt.py", "xpretrain.py", "pretrain.py.py", "pretrain..py", "", "pretrain"]
+    names += ["pretrain" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) + tail
+              for _ in range(3000) for tail in ("", ".py", ".py\n")]
+    for name in names:
+        assert _is_entry_name(name) == bool(entry.match(name)), repr(name)
