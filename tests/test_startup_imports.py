@@ -53,8 +53,10 @@ LAUNCH_PACKAGE = frozenset("""
     core.distributions inputs.job_stack
     inputs.launch inputs.launch.command inputs.launch.launchers inputs.launch.programs inputs.launch.walk
 """.split())
+# (planner.candidates writes a fitting layout's flags: imported only when a suggestion is found,
+# which SMALL over 1GiB never is.)
 SUGGESTIONS_PACKAGE = frozenset("""
-    planner planner.candidates planner.cost planner.memory planner.search planner.space planner.suggest
+    planner planner.cost planner.memory planner.search planner.space planner.suggest
     planner.validity results.plan results.suggestion
 """.split())
 FILE_PACKAGE = frozenset("inputs.detect inputs.registry".split())
