@@ -100,3 +100,72 @@ def test_version_groups_as_the_pattern():
     for text in texts:
         found = pattern.match(text)
         assert releases._version_groups(text) == (found.groups() if found else None), text
+
+
+def test_entry_script_name_as_the_pattern():
+    from megatron_estimator.inputs.launch.script import _is_entry_name
+
+    entry = re.compile(r"^pretrain\w*\.py$")
+    rng = random.Random(14)
+    alphabet = "pretain_.y-Ü٣ \n/x"
+    names = ["pretrain.py", "pretrain_gpt.py", "pretrain_gpt.py\n", "pretrain_gpt.py\n\n", "pretrain.p", "pretrainpy",
+             "pretrain_ü٣.py", "pretrain-gpt.py", "xpretrain.py", "pretrain.py.py", "pretrain..py", "", "pretrain"]
+    names += ["pretrain" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) + tail
+              for _ in range(3000) for tail in ("", ".py", ".py\n")]
+    for name in names:
+        assert _is_entry_name(name) == bool(entry.match(name)), repr(name)
+
+
+def test_shell_name_pattern_as_the_regex():
+    from megatron_estimator.core.patterns import NamePattern
+
+    name, ours = re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), NamePattern()
+    rng = random.Random(7)
+    texts = ["", "a", "_", "9", "a9_", "Ab c", "ü", "a-b", "$HOME", "x٣"]
+    texts += ["".join(rng.choice("aZ_9-$ {[ü٣\n") for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    for text in texts:
+        for pos in range(-1, len(text) + 2):
+            for endpos in (None, pos, pos + 1, len(text) - 1, len(text) + 1):
+                args = (text, pos) if endpos is None else (text, pos, endpos)
+                for method in ("match", "fullmatch"):
+                    want, got = getattr(name, method)(*args), getattr(ours, method)(*args)
+                    assert (want is None) == (got is None), (method, args)
+                    if want is not None:
+                        assert (got.group(), got.group(0), got.start(), got.end(), got.span()) == \
+                            (want.group(), want.group(0), want.start(), want.end(), want.span()), (method, args)
+
+
+def test_posix_split_as_shlex():
+    import shlex
+
+    from megatron_estimator.core.patterns import split_posix_comments
+
+    rng = random.Random(11)
+    texts = ["", " ", "a b", " --nodes=2 # two", "'a b' \"c d\"", "''", '""', "a''b", "\\", "'a", '"a\\"b"', "a#b c",
+             "#x\ny z", "a\\ b", '"\\$x\\\\\\q"', "'\\''", "x\t\ry\n", "--gres=gpu:8"]
+    texts += ["".join(rng.choice("ab '\"\\#\n\t-=") for _ in range(rng.randint(0, 10))) for _ in range(20000)]
+    for text in texts:
+        try:
+            want = shlex.split(text, comments=True)
+        except ValueError:
+            with pytest.raises(ValueError):
+                split_posix_comments(text)
+            continue
+        assert split_posix_comments(text) == want, repr(text)
+
+
+def test_plain_shell_matches_as_the_patterns():
+    from megatron_estimator.inputs.bash.parser import _empty_parens
+    from megatron_estimator.inputs.launch.sbatch import _before_first
+
+    parens, brace = re.compile(r"\([ \t]*\)"), re.compile(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}")
+    rng = random.Random(5)
+    texts = ["".join(rng.choice("() \t\nx{},.-") for _ in range(rng.randint(0, 8))) for _ in range(5000)]
+    for text in texts:
+        for at in range(len(text) + 1):
+            want = parens.match(text, at)
+            got = _empty_parens(text, at)
+            assert (want is None) == (got is None) and (want is None or want.end() == got.end()), (text, at)
+        assert _before_first(text, "-,") == re.split(r"[-,]", text, maxsplit=1)[0], text
+        if brace.search(text):        # the guard expansion.py asks first holds for every match
+            assert "{" in text and "}" in text and ("," in text or ".." in text), text

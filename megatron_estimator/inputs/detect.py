@@ -22,9 +22,9 @@ syntax error is still routed to its loader, which then reports the error with it
 from __future__ import annotations
 
 import os
-import re
 
 from megatron_estimator.core.patterns import LazyPattern
+from megatron_estimator.core.patterns import lazy_re as re     # only for a file its suffix does not name
 from megatron_estimator.core.resources import path_string, path_suffix
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
@@ -70,7 +70,7 @@ def detect_format(path: str | os.PathLike) -> Format:
     if head is None:
         return "unknown"
     first_line = head.split("\n", 1)[0]
-    if _SHEBANG_SHELL.match(first_line) or re.search(r"^#SBATCH\b", head, re.MULTILINE):
+    if _SHEBANG_SHELL.match(first_line) or ("#SBATCH" in head and re.search(r"^#SBATCH\b", head, re.MULTILINE)):
         return "shell"
     if suffix == ".json" or head.lstrip().startswith("{"):
         return "hf-config" if _is_hf_config(path) else "unknown"

@@ -10,7 +10,7 @@ import their modules when called, so choosing one never imports yaml or the shel
 from __future__ import annotations
 
 import os
-import re
+from megatron_estimator.core.patterns import lazy_re as re
 from megatron_estimator.core.dataclass import dataclass, field
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ from megatron_estimator.config.derive import shards_optimizer_states
 from megatron_estimator.config.run_context import Resume, RunContext
 from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import model_states
-from megatron_estimator.planner.candidates import candidate
 from megatron_estimator.planner.cost import LayoutCost, ProxyModel, proxy_model
 from megatron_estimator.planner.memory import LayoutActivations, LayoutFamily, LayoutMemory, StateRates, census
 from megatron_estimator.planner.space import (
@@ -612,6 +611,8 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
         if run.valid == 0:
             raise NoValidLayout(_no_valid_layout(run), run.searched)
         chosen = _best(run.found, top)
+        from megatron_estimator.planner.candidates import candidate   # not on run's suggestion path
+
         candidates = tuple(candidate(run, fit, verify) for fit in chosen)
         plan = _plan(run, chosen, candidates, space, proxy)
         # Emptied while the collector is still off: reference counting frees the caches

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
-from megatron_estimator.planner.candidates import candidate, candidate_raw
 from megatron_estimator.planner.search import _Fit, _Search
 from megatron_estimator.planner.space import user_pipeline_choice
 from megatron_estimator.results.estimate import Estimate, Verdict
@@ -181,8 +180,6 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     docstring), each checked with ``verify`` (the normal path)."""
     from megatron_estimator.core.dataclass import replace
 
-    from megatron_estimator.planner.candidates import candidate_flags, candidate_settings
-
     space, proxy = space or SearchSpace(), proxy or ProxyAssumptions()
     current = _current(inp.raw, estimate)
     # (the search, the flags it adds to every layout, the group those flags change)
@@ -212,6 +209,8 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
             if held is None or (fit.step, fit.device) < (held[1].step, held[1].device):
                 best[kind] = (run, fit, extra_flags)
     ranked = []
+    if best:           # planner.candidates writes the flags of a fitting layout: none, no import
+        from megatron_estimator.planner.candidates import candidate, candidate_flags, candidate_raw, candidate_settings
     for kind, (run, fit, extra_flags) in best.items():
         flags, remove = candidate_flags(run.inp.raw, candidate_settings(run, fit))
         count = len(_changed_flags(flags)) + len(remove) + len(_changed_flags(extra_flags))

@@ -8,7 +8,7 @@ given; builtins with no effect on what the script runs (``trap``, ``ulimit``...)
 from __future__ import annotations
 
 import os
-import re
+from megatron_estimator.core.patterns import lazy_re as re
 from megatron_estimator.core.dataclass import replace
 
 from megatron_estimator.inputs.bash.parser import parse

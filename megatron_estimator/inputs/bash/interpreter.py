@@ -10,7 +10,7 @@ Word expansion is in ``expansion``, ``[[ ]]``/``test`` in ``conditions``, builti
 from __future__ import annotations
 
 import os
-import re
+from megatron_estimator.core.patterns import lazy_re as re
 from megatron_estimator.core.dataclass import replace
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown

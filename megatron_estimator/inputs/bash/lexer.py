@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import re
+from megatron_estimator.core.patterns import lazy_re as re
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Sequence

@@ -7,7 +7,7 @@ assignments, read by recursive descent over the ``Lexer``'s words.
 
 from __future__ import annotations
 
-import re
+from megatron_estimator.core.patterns import lazy_re as re
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Sequence
@@ -19,7 +19,26 @@ from megatron_estimator.inputs.bash.syntax import (
 )
 from megatron_estimator.inputs.bash.values import NAME, Origin
 
-_EMPTY_PARENS = re.compile(r"\([ \t]*\)")
+
+class _Span:
+    """The end of a match (``match.end()``)."""
+    __slots__ = ("_end",)
+
+    def __init__(self, end: int):
+        self._end = end
+
+    def end(self) -> int:
+        return self._end
+
+
+def _empty_parens(text: str, at: int) -> _Span | None:
+    """``re.compile(r"\\([ \\t]*\\)").match(text, at)``'s end, without re."""
+    if not text.startswith("(", at):
+        return None
+    j = at + 1
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    return _Span(j + 1) if text.startswith(")", j) else None
 
 
 class Parser(Lexer):
@@ -166,7 +185,7 @@ class Parser(Lexer):
             k = j
             while k < self.n and self.s[k] in " \t":
                 k += 1
-            empty_parens = _EMPTY_PARENS.match(self.s, k)
+            empty_parens = _empty_parens(self.s, k)
             if empty_parens:
                 name = match.group(0)
                 self.i = empty_parens.end()
@@ -488,15 +507,16 @@ class Parser(Lexer):
         return Simple(assigns, words, redirects, origin)
 
     def try_assignment(self) -> Assign | None:
-        match = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[)?").match(self.s, self.i)
+        match = NAME.match(self.s, self.i)       # re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[)?")
         if not match:
             return None
         origin = self.origin()
         start = self.i
-        name = match.group(1)
+        name = match.group(0)
         j = match.end()
         index = None
-        if match.group(2):
+        if self.s.startswith("[", j):
+            j += 1
             depth = 1
             k = j
             while k < self.n and depth:
@@ -531,7 +551,7 @@ class Parser(Lexer):
                 if self.peek() == ")":
                     self.i += 1
                     break
-                sub = re.compile(r"\[([^\]]*)\]=").match(self.s, self.i)
+                sub = self.s.startswith("[", self.i) and re.compile(r"\[([^\]]*)\]=").match(self.s, self.i)
                 if sub:
                     key = self.word_from_range(self.i + 1, sub.end() - 2)
                     self.i = sub.end()

@@ -6,7 +6,7 @@ the thing that cannot be resolved is written), carried by the segment of text it
 
 from __future__ import annotations
 
-import re
+from megatron_estimator.core.patterns import NamePattern, lazy_re as re
 from megatron_estimator.core.dataclass import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 UNRESOLVED = "unresolved-variable"
 UNSUPPORTED = "unsupported-shell-construct"
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME = NamePattern()        # re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), its match and fullmatch
 MAX_LOOP_ITERATIONS = 10_000
 MAX_DEPTH = 64
 

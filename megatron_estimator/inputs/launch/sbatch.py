@@ -5,7 +5,7 @@ sbatch reads ``#SBATCH`` lines only before the first command of the file (sbatch
 
 from __future__ import annotations
 
-import re
+from megatron_estimator.core.patterns import lazy_re as re, split_posix_comments
 from megatron_estimator.core.dataclass import dataclass
 
 from megatron_estimator.core.problems import Problem
@@ -119,10 +119,8 @@ def read_sbatch(text: str, display: str, line_locations=None,
         if not stripped:
             continue
         if line.startswith("#SBATCH"):
-            import shlex        # here: a script without #SBATCH lines needs none of it
-
             try:
-                tokens = shlex.split(line[len("#SBATCH"):], comments=True)
+                tokens = split_posix_comments(line[len("#SBATCH"):])
             except ValueError:
                 problems.append(Problem("invalid-launcher-option", where_line,
                                         "this #SBATCH line has an unclosed quote"))
@@ -141,7 +139,7 @@ def read_sbatch(text: str, display: str, line_locations=None,
         raw, where, spelled = given[key]
         text_ = raw
         if allow_range:
-            text_ = re.split(r"[-,]", raw, maxsplit=1)[0]
+            text_ = _before_first(raw, "-,")         # re.split(r"[-,]", raw, maxsplit=1)[0]
         if key in ("gpus-per-node", "gpus"):
             text_ = raw.rsplit(":", 1)[-1]
         if key == "gres":
@@ -172,3 +170,9 @@ def read_sbatch(text: str, display: str, line_locations=None,
     )
     return headers, problems
 
+
+
+def _before_first(text: str, separators: str) -> str:
+    """``text`` up to its first character of ``separators`` (all of it when there is none)."""
+    cut = [at for at in (text.find(c) for c in separators) if at >= 0]
+    return text[:min(cut)] if cut else text
