@@ -272,7 +272,9 @@ class LayoutMemory:
         exceed = self._exceed.get(do)
         if exceed is None:
             most = self.search.allocated_limit(self.fixed, self.fragmentation)
-            exceed = self._exceed[do] = max(self._lower.get(do) or self.lower_bounds(do)) > most
+            # The bounds are never negative: a budget the fixed device bytes (CUDA context,
+            # NCCL buffers) already exceed needs none of them.
+            exceed = self._exceed[do] = most < 0 or max(self._lower.get(do) or self.lower_bounds(do)) > most
         return exceed
 
     def lower_bounds(self, do: bool) -> list[int]:
