@@ -13,9 +13,8 @@ from megatron_estimator.inputs.hf.shape import (
     supply_core_shape,
     supply_dropout,
     supply_gated_silu,
+    supply_positions_vocab_rmsnorm,
     supply_query_groups,
-    supply_tie,
-    supply_vocab,
 )
 
 
@@ -65,16 +64,7 @@ def map_decoder(r: ConfigReader) -> None:
             f"head_dim is not in the file; using the {r.class_name} default 128",
         )
         r.supply("--kv-channels", 128, "head_dim")
-    max_positions = r.positive_int("max_position_embeddings")
-    if max_positions:
-        r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
-    supply_vocab(r, "vocab_size")
-    supply_tie(r, default=False)
-
-    r.supply("--normalization", "RMSNorm", "model_type")
-    eps = r.number("rms_norm_eps", family.rms_norm_eps)
-    if eps is not None:
-        r.supply("--norm-epsilon", eps, "rms_norm_eps")
+    supply_positions_vocab_rmsnorm(r, "rms_norm_eps", family.rms_norm_eps)
     supply_gated_silu(r)
     _decoder_biases(r, family, hidden)
     if family.qk_norm:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, REQUIRED, ConfigReader, is_number, is_positive_int, show_value
 from megatron_estimator.inputs.hf.rope import rope_keys, supply_rotary_base
-from megatron_estimator.inputs.hf.shape import core_shape, supply_core_shape, supply_dropout, supply_gated_silu, supply_tie, supply_vocab
+from megatron_estimator.inputs.hf.shape import (
+    core_shape, supply_core_shape, supply_dropout, supply_gated_silu, supply_positions_vocab_rmsnorm)
 
 
 def map_deepseek(r: ConfigReader) -> None:
@@ -16,15 +17,7 @@ def map_deepseek(r: ConfigReader) -> None:
     supply_core_shape(r, layers, hidden, ffn, heads)
     r.ignore("pretraining_tp")
     r.ignore("num_key_value_heads")  # MLA has no key/value head groups (DeepSeek sets it = heads)
-    max_positions = r.positive_int("max_position_embeddings")
-    if max_positions:
-        r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
-    supply_vocab(r, "vocab_size")
-    supply_tie(r, default=False)
-    r.supply("--normalization", "RMSNorm", "model_type")
-    eps = r.number("rms_norm_eps", 1e-6)
-    if eps is not None:
-        r.supply("--norm-epsilon", eps, "rms_norm_eps")
+    supply_positions_vocab_rmsnorm(r, "rms_norm_eps", 1e-6)
     supply_gated_silu(r)
     if r.boolean("attention_bias", False, note_default=False):
         r.note(

@@ -19,7 +19,8 @@ same four symbols.
 from __future__ import annotations
 
 from megatron_estimator.inputs.hf.reader import METADATA_KEYS, MOE_TRAINING_KEYS, ConfigReader, is_count, show_value
-from megatron_estimator.inputs.hf.shape import supply_query_groups, supply_tie, supply_vocab
+from megatron_estimator.inputs.hf.shape import (
+    supply_core_shape, supply_positions_vocab_rmsnorm, supply_query_groups)
 
 # layers_block_type names -> Megatron's pattern symbols (hybrid_layer_allocation.py Symbols).
 BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
@@ -144,12 +145,7 @@ def map_nemotron_h(r: ConfigReader) -> None:
     kv_heads = r.positive_int("num_key_value_heads")
     if pattern is not None:
         _supply_pattern(r, pattern, mtp)
-    if hidden:
-        r.supply("--hidden-size", hidden, "hidden_size")
-    if ffn:
-        r.supply("--ffn-hidden-size", ffn, "intermediate_size")
-    if heads:
-        r.supply("--num-attention-heads", heads, "num_attention_heads")
+    supply_core_shape(r, None, hidden, ffn, heads)      # the layer count comes from the pattern
     supply_query_groups(r, heads, kv_heads)
     head_key = "head_dim" if r.has("head_dim") else "attention_head_dim"
     head_dim = r.positive_int(head_key, None, note_default=False)
@@ -159,15 +155,7 @@ def map_nemotron_h(r: ConfigReader) -> None:
     elif hidden and heads:
         r.note("hf-default-used", "head_dim",
                f"head_dim is not in the file; using hidden_size / num_attention_heads = {hidden // heads}")
-    max_positions = r.positive_int("max_position_embeddings")
-    if max_positions:
-        r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
-    supply_vocab(r, "vocab_size")
-    supply_tie(r, default=False)
-    r.supply("--normalization", "RMSNorm", "model_type")
-    eps = r.number("layer_norm_epsilon", 1e-5)
-    if eps is not None:
-        r.supply("--norm-epsilon", eps, "layer_norm_epsilon")
+    supply_positions_vocab_rmsnorm(r, "layer_norm_epsilon", 1e-5)
     # The attention layers apply no rotary embedding (NemotronHBridge: position_embedding_type none).
     r.supply("--position-embedding-type", "none", "model_type")
     r.supply("--hidden-dropout", 0.0, "model_type")

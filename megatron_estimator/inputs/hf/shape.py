@@ -70,3 +70,18 @@ def supply_dropout(r: ConfigReader, key: str, flag: str, default: float) -> None
     value = r.fraction(key, default, note_default=False)
     if value is not None:
         r.supply(flag, float(value), key)
+
+
+def supply_positions_vocab_rmsnorm(r: ConfigReader, eps_key: str, eps_default: float) -> None:
+    """What the RMSNorm decoders' configs share after their shape: --max-position-embeddings,
+    the vocabulary, untied embeddings unless the file ties them, RMSNorm and its epsilon
+    (``eps_key``, ``eps_default`` when absent)."""
+    max_positions = r.positive_int("max_position_embeddings")
+    if max_positions:
+        r.supply("--max-position-embeddings", max_positions, "max_position_embeddings")
+    supply_vocab(r, "vocab_size")
+    supply_tie(r, default=False)
+    r.supply("--normalization", "RMSNorm", "model_type")
+    eps = r.number(eps_key, eps_default)
+    if eps is not None:
+        r.supply("--norm-epsilon", eps, eps_key)
