@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from megatron_estimator.core.hints import PYTHON, describe_value
-from megatron_estimator.core.plain_schema import plainly_valid
+from megatron_estimator.core.plain_schema import JSON_TYPES, plainly_valid
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.core.resources import schema_file
@@ -74,15 +74,6 @@ def _plainly_valid(value: Any, schema: Mapping[str, Any], dest: str | None = Non
 
 
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-_PLAIN_TYPES = {
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-    "null": lambda v: v is None,
-}
 
 
 def compiled_check(schema: Mapping[str, Any], dest: str):
@@ -97,7 +88,7 @@ def compiled_check(schema: Mapping[str, Any], dest: str):
     if "type" in keys and all(k == "type" or k in _BOUNDS for k in keys):
         expected = schema["type"]
         names = expected if isinstance(expected, list) else [expected]
-        tests = tuple(_PLAIN_TYPES[name] for name in names if name in _PLAIN_TYPES)
+        tests = tuple(JSON_TYPES[name] for name in names if name in JSON_TYPES)
         lo, hi = schema.get("minimum"), schema.get("maximum")
         xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
         exact = frozenset(t for name, t in (("integer", int), ("number", int), ("number", float),

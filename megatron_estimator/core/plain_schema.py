@@ -16,7 +16,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
-_TYPES = {
+# JSON Schema's type names -> the test of a value read from JSON / YAML / flags.
+JSON_TYPES = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     "string": lambda v: isinstance(v, str),
@@ -36,11 +37,11 @@ def _type_rejects(value: Any, schema: Mapping[str, Any]) -> bool:
     if expected is None:
         return False
     names = expected if isinstance(expected, list) else [expected]
-    if any(name not in _TYPES for name in names):
+    if any(name not in JSON_TYPES for name in names):
         return False
     if isinstance(value, float) and "integer" in names:
         return False
-    return not any(_TYPES[name](value) for name in names)
+    return not any(JSON_TYPES[name](value) for name in names)
 
 
 def plainly_valid(value: Any, schema: Mapping[str, Any]) -> bool:
@@ -49,14 +50,14 @@ def plainly_valid(value: Any, schema: Mapping[str, Any]) -> bool:
             continue
         if key == "type":
             names = expected if isinstance(expected, list) else [expected]
-            if not any(_TYPES[name](value) for name in names if name in _TYPES):
+            if not any(JSON_TYPES[name](value) for name in names if name in JSON_TYPES):
                 return False
         elif key == "enum":
             # Same type and equal: JSON Schema tells true from 1, which Python's == does not.
             if type(value) not in _SCALARS or not any(type(c) is type(value) and c == value for c in expected):
                 return False
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            if not _TYPES["number"](value):
+            if not JSON_TYPES["number"](value):
                 continue  # bounds apply to numbers only; "type" decides the rest
             if ((key == "minimum" and value < expected) or (key == "maximum" and value > expected)
                     or (key == "exclusiveMinimum" and value <= expected)
