@@ -38,62 +38,17 @@ class UsageError(Exception):
 
 
 def _parser_classes():
-    """The parser and its help formatters, made on first use: ``--version`` imports no argparse.
-
-    The formatters ask the terminal for their width only when help or usage is printed:
-    argparse makes a formatter for every ``add_argument`` (to check the metavar), and
-    ``HelpFormatter.__init__`` imports shutil (with bz2, lzma, fnmatch) to read the width.
-    The width is the one argparse would take (``shutil.get_terminal_size().columns - 2``)."""
+    """The parser class (argparse's, with its exit code kept at 2 and no traceback) and the
+    formatter for the top-level help."""
     import argparse
 
-    class LazyWidth:
-        def __init__(self, prog, indent_increment=2, max_help_position=24, width=None, **kwargs):
-            self._lazy_width = (width, max_help_position, indent_increment)
-            self._real_width = None
-            super().__init__(prog, indent_increment, max_help_position, width=1_000_000, **kwargs)
-
-        def _real(self):
-            if self._real_width is None:
-                width, max_help_position, indent_increment = self._lazy_width
-                if width is None:
-                    import shutil
-                    width = shutil.get_terminal_size().columns - 2
-                self._real_width = (width, min(max_help_position, max(width - 20, indent_increment * 2)))
-            return self._real_width
-
-        @property
-        def _width(self):
-            return self._real()[0]
-
-        @_width.setter
-        def _width(self, _value):
-            pass
-
-        @property
-        def _max_help_position(self):
-            return self._real()[1]
-
-        @_max_help_position.setter
-        def _max_help_position(self, _value):
-            pass
-
-    class HelpFormatter(LazyWidth, argparse.HelpFormatter):
-        pass
-
-    class RawDescriptionHelpFormatter(LazyWidth, argparse.RawDescriptionHelpFormatter):
-        pass
-
     class Parser(argparse.ArgumentParser):
-        def __init__(self, *args, **kwargs):
-            kwargs.setdefault("formatter_class", HelpFormatter)
-            super().__init__(*args, **kwargs)
-
-        def error(self, message: str):  # argparse would exit 2 with usage; keep that, without a traceback
+        def error(self, message: str):
             self.print_usage(sys.stderr)
             sys.stderr.write(f"{self.prog}: error: {message}\n")
             raise SystemExit(EXIT_INVALID)
 
-    return Parser, RawDescriptionHelpFormatter
+    return Parser, argparse.RawDescriptionHelpFormatter
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -223,97 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "the logged reserved-vs-allocated gaps imply, each with how it was derived")
     p.add_argument("log", metavar="LOG")
     return parser
-
-
-# The command lines ``estimate``, ``run`` and ``check`` are given in front of every launch are
-# read without argparse when they are plain: every option spelled out in full (``--opt VALUE``,
-# ``--opt=VALUE`` or a flag), no value starting with "-", then ``-- ...`` (estimate, run) or the
-# files (check).  For those, argparse's namespace is certain (tests/test_cli_fast_path.py holds
-# the two to each other, and these tables to build_parser's); anything else (help, an unknown or
-# abbreviated option, a bad value, two sources, a file before an option) goes to argparse, which
-# gives its own messages.  Kinds: "value" stores the string, "int" int() of it, "flag" stores
-# True, "append" adds the string to a list.
-_FAST_COMMON = {
-    "--budget": ("budget", "value", None), "--gpu": ("gpu", "value", None),
-    "--format": ("format", "value", ("text", "json", "markdown")), "--world-size": ("world_size", "int", None),
-    "--megatron-version": ("megatron_version", "value", None), "--cuda-context": ("cuda_context", "value", None),
-    "--nccl-buffers": ("nccl_buffers", "value", None), "--fragmentation": ("fragmentation", "value", None),
-    "--routing-imbalance": ("routing_imbalance", "value", None), "--flash-attn": ("flash_attn", "value", None),
-    "--resume": ("resume", "value", ("auto", "yes", "no")),
-}
-_FAST_ACCEPT_FLAGS = {"--accept-flags": ("accept_flags", "append", None)}
-# command -> (its options, the defaults of the dests they set, the positional dest, whether
-# that positional is argparse.REMAINDER after "--" (else one or more files))
-_FAST_COMMANDS = {
-    "estimate": ({**_FAST_COMMON, "--hf-config": ("hf_config", "value", None), "--model": ("model", "value", None)},
-                 {}, "megatron_args", True),
-    "run": ({**_FAST_COMMON, "--warn-only": ("warn_only", "flag", None), **_FAST_ACCEPT_FLAGS}, {}, "launch", True),
-    "check": ({**_FAST_COMMON, "--skip-unknown": ("skip_unknown", "flag", None), **_FAST_ACCEPT_FLAGS,
-               "--script-arg": ("script_arg", "append", None)}, {"skip_unknown": False}, "files", False),
-}
-
-
-def _fast_namespace(argv: list[str]):
-    """The namespace argparse would give for a plain ``estimate``, ``run`` or ``check`` command
-    line (see _FAST_COMMANDS), or None: then argparse reads it."""
-    if not argv or argv[0] not in _FAST_COMMANDS:
-        return None
-    options, extra_defaults, positional, remainder = _FAST_COMMANDS[argv[0]]
-    values = {dest: None for dest, _, _ in options.values()}
-    values.update(extra_defaults)
-    i, n = 1, len(argv)
-    while i < n:
-        token = argv[i]
-        if not token.startswith("-") or token == "--":
-            break
-        name, eq, explicit = token.partition("=")
-        spec = options.get(name)
-        if spec is None:
-            return None
-        dest, kind, choices = spec
-        if kind == "flag":
-            if eq:
-                return None
-            values[dest] = True
-            i += 1
-            continue
-        if eq:
-            value = explicit
-            if value == "--":
-                return None
-            i += 1
-        else:
-            if i + 1 >= n or argv[i + 1].startswith("-"):
-                return None
-            value = argv[i + 1]
-            i += 2
-        if kind == "int":
-            try:
-                value = int(value)
-            except (TypeError, ValueError):
-                return None
-        if choices is not None and value not in choices:
-            return None
-        if kind == "append":
-            values[dest] = (values[dest] or []) + [value]
-        else:
-            values[dest] = value
-    if argv[0] == "estimate" and values["hf_config"] is not None and values["model"] is not None:
-        return None
-    rest = argv[i:]
-    if remainder:
-        # argparse.REMAINDER from "--" on (a second "--" right after it: left to argparse,
-        # whose releases treat it differently).
-        if rest and (rest[0] != "--" or rest[1:2] == ["--"]):
-            return None
-        values[positional] = rest
-    else:
-        if not rest or any(t.startswith("-") for t in rest):
-            return None
-        values[positional] = rest
-    from types import SimpleNamespace
-
-    return SimpleNamespace(command=argv[0], **values)
 
 
 def _preset_names() -> tuple[str, ...]:
@@ -697,10 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["check"] and "--" in argv:     # check FILE... -- MEGATRON_FLAGS
         cut = argv.index("--")
         argv, extra_flags = argv[:cut], argv[cut + 1:]
-    ns = _fast_namespace(argv)
-    if ns is None:
-        parser = build_parser()
-        ns = parser.parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
     if ns.command == "check":
         ns.megatron_flags = extra_flags
     if ns.command is None:
@@ -722,39 +584,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    # A command runs for a moment and builds few reference cycles (a couple of hundred objects a
-    # file checked): the cyclic collector's passes over the freshly imported modules' objects
-    # cost more than it would ever free, so the process runs without it (as planner.search does
-    # while it searches).  cli.main called in another program leaves the collector alone.
-    import gc
-
-    gc.disable()
-    status = main()
-    _exit_now(status)
-    raise SystemExit(status)
-
-
-def _exit_now(status: int) -> None:
-    """End the process at once once everything it wrote is out (``os._exit``): the interpreter's
-    teardown (freeing every module and object, a last collection) is a fifth of a short
-    command's CPU time and does nothing a finished command needs.  Only where nothing else is
-    owed at exit: no ``atexit`` callbacks (coverage, a profiler's report, logging), no other
-    thread, no tracer or profiler, no ``python -i``; and only when stdout and stderr flush
-    cleanly, so a broken pipe ends as it always did.  Returns when any of that is not so."""
-    if (not isinstance(status, int) or sys.flags.inspect or sys.gettrace() is not None
-            or sys.getprofile() is not None):
-        return
-    import atexit
-
-    callbacks = getattr(atexit, "_ncallbacks", None)     # CPython's count of registered callbacks
-    if callbacks is None or callbacks():
-        return
-    threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
-        return
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):     # no stream, or a closed or broken one: the
-        return                                        # ordinary exit reports it as it always did
-    os._exit(status)
+    raise SystemExit(main())
