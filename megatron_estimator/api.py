@@ -19,7 +19,7 @@ needs resolved the same way lives here once: the budget (``budget_bytes``), the 
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

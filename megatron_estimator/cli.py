@@ -298,7 +298,7 @@ def cmd_run(ns, environ) -> int:
                        else options["overheads"]}
     # The job's stack (PyTorch, Transformer Engine, flash-attn) from its package metadata; the
     # flash-attn setting, when given, wins.
-    from megatron_estimator.core.dataclass import replace
+    from dataclasses import replace
 
     from megatron_estimator.api import job_stack
 
@@ -332,7 +332,7 @@ def _launch(command) -> int:
 
 
 def cmd_check(ns, environ) -> int:
-    from megatron_estimator.core.dataclass import replace
+    from dataclasses import replace
 
     from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
                                         launched_tree_release, not_a_training_input, world_size_for)
@@ -398,7 +398,7 @@ def _with_flags(inp, problems, flags, environ, settings):
     """A file's input with the Megatron flags given after ``check ... --`` laid over it, as they
     would be on the training script's command line (later flags win)."""
     from megatron_estimator.api import input_from_flags
-    from megatron_estimator.core.dataclass import replace
+    from dataclasses import replace
 
     given, flag_problems = input_from_flags(list(flags), environ=environ, source="the flags after --",
                                             accept_flags=settings.accept_flags)

@@ -29,7 +29,7 @@ comes from a lower source than the GPU (``--gpu h200`` on the command line outwe
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 from types import MappingProxyType
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

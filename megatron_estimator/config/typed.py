@@ -10,7 +10,7 @@ job's environment, a resume) is ``run`` (config/run_context.py).
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, field, replace
+from dataclasses import dataclass, field, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping

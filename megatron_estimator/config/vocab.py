@@ -19,7 +19,7 @@ Path-valued flags are never opened unless they exist; nothing else is read.
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping

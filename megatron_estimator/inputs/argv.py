@@ -19,7 +19,7 @@ ones a ``RawArgs`` uses, as notes to show, not as problems.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Collection, Mapping, Sequence

@@ -24,7 +24,7 @@ accepts them.
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import dataclass, replace
+from dataclasses import dataclass, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Collection, Mapping, Sequence

@@ -27,7 +27,7 @@ changes for memory:
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Sequence

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import ast
 import re
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

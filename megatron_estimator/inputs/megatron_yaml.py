@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence

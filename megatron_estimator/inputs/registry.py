@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from megatron_estimator.core.patterns import lazy_re as re
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence

@@ -10,7 +10,7 @@ Everything is read as text; nothing of Megatron is imported.  ``api`` re-exports
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping, Sequence

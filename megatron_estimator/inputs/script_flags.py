@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import os
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from megatron_estimator.inputs.argv import SCRIPT_CONDITION

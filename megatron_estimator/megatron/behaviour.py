@@ -14,7 +14,7 @@ the chosen release's flag table already supplies those defaults.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from functools import cache
 
 from megatron_estimator.core.resources import read_data_text

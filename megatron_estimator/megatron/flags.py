@@ -19,7 +19,7 @@ nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are in the ta
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from functools import cache, lru_cache
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ PyTorch reports gfx90a as 9.0, gfx942 as 9.4 and gfx950 as 9.5, so the check app
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.core.units import MiB

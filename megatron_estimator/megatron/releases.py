@@ -13,7 +13,7 @@ then answers for it.  Without a choice it is the newest supported release, ``mai
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from functools import cache
 
 from megatron_estimator.core.patterns import LazyPattern

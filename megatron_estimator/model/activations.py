@@ -90,7 +90,7 @@ checkpoint's inputs (query, key) instead.  linear_proj keeps its input.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 from megatron_estimator.config.typed import EstimatorConfig

@@ -41,7 +41,7 @@ etp, ep, edp, pp):
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.parameters import ParamTensor

@@ -16,7 +16,7 @@ of model chunks whose activations are alive at once.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 from megatron_estimator.config.typed import EstimatorConfig

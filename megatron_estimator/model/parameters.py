@@ -57,7 +57,8 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import groupby
 
-from megatron_estimator.core.dataclass import NamedTuple, dataclass
+from typing import NamedTuple
+from dataclasses import dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.layout import ModelChunk

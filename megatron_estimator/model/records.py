@@ -5,7 +5,7 @@ facts an estimate assumed.  Frozen, integer bytes; ``results/estimate.py`` gathe
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping

@@ -15,7 +15,8 @@ Pure arithmetic over the validated configuration.  For each pipeline rank:
 from __future__ import annotations
 
 from functools import lru_cache
-from megatron_estimator.core.dataclass import NamedTuple, replace
+from typing import NamedTuple
+from dataclasses import replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Mapping

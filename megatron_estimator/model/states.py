@@ -23,7 +23,7 @@ parameters and over the expert data-parallel group for expert parameters.
 from __future__ import annotations
 
 import math
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.config.typed import EstimatorConfig
 from megatron_estimator.model.parameters import ParamTensor, RecordBlock, expanded

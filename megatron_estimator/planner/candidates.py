@@ -10,7 +10,7 @@ to select a layout.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Callable, Mapping, Sequence

@@ -40,7 +40,7 @@ Ties go to the lower device peak (``planner.search``).
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, replace
+from dataclasses import dataclass, replace
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model.states import DTYPE_BYTES

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import operator
 
-from megatron_estimator.core.dataclass import dataclass, replace
+from dataclasses import dataclass, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Mapping

@@ -16,7 +16,7 @@ import gc
 import math
 import operator
 import time
-from megatron_estimator.core.dataclass import dataclass, replace
+from dataclasses import dataclass, replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Mapping

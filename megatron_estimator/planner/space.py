@@ -24,7 +24,7 @@ The space (``results.plan.SearchSpace``; each bound is a field):
 from __future__ import annotations
 
 import math
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Iterator, Mapping, Sequence

@@ -28,7 +28,7 @@ changed settings) and shown only when every stage fits there, with the normal pa
 from __future__ import annotations
 
 import gc
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Mapping
@@ -178,7 +178,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     """Up to ``limit`` changes of the refused launch ``inp`` (a ``TrainingInput``, estimated as
     ``estimate``) that make every stage fit ``estimate.budget_bytes``, nearest first (module
     docstring), each checked with ``verify`` (the normal path)."""
-    from megatron_estimator.core.dataclass import replace
+    from dataclasses import replace
 
     space, proxy = space or SearchSpace(), proxy or ProxyAssumptions()
     current = _current(inp.raw, estimate)

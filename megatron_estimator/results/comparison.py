@@ -9,7 +9,7 @@ imply.  Bytes are ints; errors and fractions are the only floats.
 from __future__ import annotations
 
 import math
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.core.units import MiB
 from megatron_estimator.results.estimate import Estimate, Verdict

@@ -6,7 +6,7 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping

@@ -7,7 +7,7 @@ the verdict's ``suggestions`` list).
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 
 from megatron_estimator.results.estimate import Estimate
 from megatron_estimator.results.plan import ProxyBreakdown

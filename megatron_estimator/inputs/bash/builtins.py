@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from megatron_estimator.core.patterns import lazy_re as re
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 
 from megatron_estimator.inputs.bash.parser import parse
 from megatron_estimator.inputs.bash.state import FunctionReturn, ImpureCommand, LoopJump, ScriptExit

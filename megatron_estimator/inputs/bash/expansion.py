@@ -11,7 +11,7 @@ expansion is not done: a word with ``*`` stays as written, as bash leaves it whe
 from __future__ import annotations
 
 from megatron_estimator.core.patterns import lazy_re as re
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Sequence

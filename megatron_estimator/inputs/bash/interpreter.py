@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from megatron_estimator.core.patterns import lazy_re as re
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.builtins import BUILTINS

@@ -3,7 +3,7 @@ exceptions that carry ``exit``, ``return``, ``break``/``continue`` and impure ``
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 
 class ScriptExit(Exception):

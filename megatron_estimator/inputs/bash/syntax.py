@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 
 from megatron_estimator.inputs.bash.values import Origin
 

@@ -7,7 +7,7 @@ the thing that cannot be resolved is written), carried by the segment of text it
 from __future__ import annotations
 
 from megatron_estimator.core.patterns import NamePattern, lazy_re as re
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Iterable, Mapping

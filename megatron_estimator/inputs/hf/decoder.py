@@ -4,7 +4,7 @@ variants, each described by how it differs from LLaMA (transformers' ``modeling_
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, REQUIRED, ConfigReader, is_count, show_value
 from megatron_estimator.inputs.hf.rope import supply_rope

@@ -4,7 +4,7 @@ an import may supply, and how those flags are written as command-line tokens.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from megatron_estimator.core.problems import Problem

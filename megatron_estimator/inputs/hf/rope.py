@@ -5,7 +5,7 @@ Scaling changes positions only, never parameters or memory.
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from megatron_estimator.inputs.hf.reader import ConfigReader, is_number, show_value

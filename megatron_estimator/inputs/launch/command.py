@@ -40,7 +40,7 @@ all of this (``api.world_size_for``, where every front resolves the world size).
 
 from __future__ import annotations
 
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence

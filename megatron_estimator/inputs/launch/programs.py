@@ -5,7 +5,7 @@ singularity exec...), python and shells."""
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.dataclass import dataclass, field
+from dataclasses import dataclass, field
 from megatron_estimator.core.patterns import LazyPattern
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ sbatch reads ``#SBATCH`` lines only before the first command of the file (sbatch
 from __future__ import annotations
 
 from megatron_estimator.core.patterns import lazy_re as re, split_posix_comments
-from megatron_estimator.core.dataclass import dataclass
+from dataclasses import dataclass
 
 from megatron_estimator.core.problems import Problem
 
