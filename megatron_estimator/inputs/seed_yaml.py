@@ -257,6 +257,7 @@ def _world_size(root: YamlNode, name: str, bad_paths: set[tuple[str, ...]], prob
         if other != value:
             problems.append(Problem("conflicting-keys", other_where,
                                     f"the world size is given twice: {other} here, {value} at {where}; give it once"))
+            return None, where, None            # which one is meant is not known
     return value, where, None
 
 
@@ -327,7 +328,7 @@ def _translate(error, path, root, name, schema, seen_required):
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
         code, message = "out-of-range", f"{key}{item} must be {bound} {error.validator_value:g}, not {value!r}"
     elif kind == "enum":
-        choices = error.validator_value
+        choices = [c for c in error.validator_value if c is not None]    # null (unset) is always allowed
         hint = did_you_mean(str(value), [str(c) for c in choices if isinstance(c, str)])
         code, message = "invalid-choice", (f"{key}{item} must be one of "
                                            f"{', '.join(_yaml_text(c) for c in choices)}, "
