@@ -334,10 +334,7 @@ def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunConte
             yield Problem("recompute-num-layers-required", where,
                           "--recompute-granularity full needs --recompute-num-layers (uniform: layers per "
                           "recompute group; block: layers recomputed per stage)")
-        elif isinstance(count, int) and count < 0:
-            yield Problem("out-of-range", raw.location("recompute_num_layers"),
-                          f"--recompute-num-layers must not be negative, not {count}")
-        elif isinstance(count, int) and count == 0 and method == "uniform":
+        elif isinstance(count, int) and count < 1 and method == "uniform":
             yield Problem("out-of-range", raw.location("recompute_num_layers"),
                           "--recompute-num-layers must be at least 1 with --recompute-method uniform: "
                           "Megatron steps through each stage's layers that many at a time, and 0 never ends "
