@@ -167,7 +167,7 @@ def test_examples_fit_with_the_budget_in_args():
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr == ""
     assert result.stdout.count("verdict: FITS") == 2
-    assert "examples/llama3-8b.yaml:\n  world size 8 (world_size in examples/llama3-8b.yaml:39 world_size)" in result.stdout
+    assert "examples/llama3-8b.yaml:\n  world size 8 (world_size in examples/llama3-8b.yaml:33 training.world_size)" in result.stdout
     assert "examples/llama3_8b_pretrain.sh:\n  world size 16 (torchrun --nproc_per_node 8" in result.stdout
     assert result.stdout.count("parameters: 8,030,261,248") == 2
     assert result.stdout.count("budget: 79.18 GiB per GPU (h100-sxm-80gb capacity") == 2
@@ -203,7 +203,8 @@ def test_broken_config_fails_with_file_line_key(training_repo):
     tp_line = text.splitlines().index("  tensor_model_parallel_size: two") + 1
     result = run_hook(["configs/llama3-8b.yaml"], cwd=training_repo)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [
+    # the problems, then the seed-format defaults the check took for the rest (its notices)
+    assert result.stdout.splitlines()[:4] == [
         "configs/llama3-8b.yaml:",
         "  invalid input, 2 problems:",
         f"  error: configs/llama3-8b.yaml:{typo_line} model.ffn_hiden_size: unknown key ffn_hiden_size in "
@@ -211,6 +212,8 @@ def test_broken_config_fails_with_file_line_key(training_repo):
         f"  error: configs/llama3-8b.yaml:{tp_line} parallelism.tensor_model_parallel_size: "
         "tensor_model_parallel_size must be an integer, not the string 'two' [wrong-type]",
     ]
+    assert result.stdout.splitlines()[4] == "  notices (what the check assumed about the rest):"
+    assert all(line.startswith("  - seed-format default: ") for line in result.stdout.splitlines()[5:] if line)
 
 
 def test_broken_launch_script_fails_with_file_line_flag(training_repo):

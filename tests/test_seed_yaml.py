@@ -50,37 +50,44 @@ def codes_at(load) -> list[tuple[str, str]]:
 def test_llama3_8b_example_maps_every_key_to_its_megatron_dest():
     path = "examples/llama3-8b.yaml"
     load = load_seed_yaml(REPO / path)
-    assert load.problems == ()
+    assert load.problems == () and load.world_size_unknown is None
     assert load.world_size == 8
-    assert load.world_size_location == f"{REPO / path}:39 world_size"
+    assert load.world_size_location == f"{REPO / path}:33 training.world_size"
     p = str(REPO / path)
+    default = f"{p} model.%s (seed-format default)"
     assert settings(load) == {
-        "num_layers": (32, f"{p}:6 model.num_layers"),
-        "hidden_size": (4096, f"{p}:7 model.hidden_size"),
-        "num_attention_heads": (32, f"{p}:8 model.num_attention_heads"),
-        "group_query_attention": (True, f"{p}:9 model.num_query_groups"),
-        "num_query_groups": (8, f"{p}:9 model.num_query_groups"),
-        "ffn_hidden_size": (14336, f"{p}:10 model.ffn_hidden_size"),
-        "vocab_size": (128256, f"{p}:11 model.vocab_size"),
-        "max_position_embeddings": (8192, f"{p}:12 model.max_position_embeddings"),
-        "normalization": ("RMSNorm", f"{p}:13 model.normalization"),
-        "layernorm_epsilon": (1e-5, f"{p}:14 model.layernorm_epsilon"),
-        "swiglu": (True, f"{p}:15 model.activation_func"),
-        "position_embedding_type": ("rope", f"{p}:18 model.position_embedding_type"),
-        "untie_embeddings_and_output_weights": (True, f"{p}:19 model.untie_embeddings_and_output_weights"),
-        "add_bias_linear": (False, f"{p}:20 model.add_bias_linear"),
-        "hidden_dropout": (0.0, f"{p}:21 model.hidden_dropout"),
-        "attention_dropout": (0.0, f"{p}:22 model.attention_dropout"),
-        "tensor_model_parallel_size": (2, f"{p}:25 parallelism.tensor_model_parallel_size"),
-        "pipeline_model_parallel_size": (1, f"{p}:26 parallelism.pipeline_model_parallel_size"),
-        "context_parallel_size": (1, f"{p}:27 parallelism.context_parallel_size"),
-        "micro_batch_size": (1, f"{p}:30 training.micro_batch_size"),
-        "seq_length": (8192, f"{p}:31 training.seq_length"),
-        "global_batch_size": (128, f"{p}:32 training.global_batch_size"),
-        "use_distributed_optimizer": (True, f"{p}:33 training.use_distributed_optimizer"),
-        "sequence_parallel": (True, f"{p}:34 training.sequence_parallel"),
-        "bf16": (True, f"{p}:37 precision.params_dtype"),
+        "num_layers": (32, f"{p}:8 model.num_layers"),
+        "hidden_size": (4096, f"{p}:9 model.hidden_size"),
+        "num_attention_heads": (32, f"{p}:10 model.num_attention_heads"),
+        "group_query_attention": (True, f"{p}:11 model.num_query_groups"),
+        "num_query_groups": (8, f"{p}:11 model.num_query_groups"),
+        "ffn_hidden_size": (14336, f"{p}:12 model.ffn_hidden_size"),
+        "vocab_size": (128256, f"{p}:13 model.vocab_size"),
+        "max_position_embeddings": (8192, f"{p}:14 model.max_position_embeddings"),
+        "normalization": ("RMSNorm", f"{p}:15 model.normalization"),
+        "layernorm_epsilon": (1e-5, f"{p}:16 model.layernorm_epsilon"),
+        "swiglu": (True, f"{p}:17 model.activation_func"),
+        "hidden_dropout": (0.0, f"{p}:19 model.hidden_dropout"),
+        "attention_dropout": (0.0, f"{p}:20 model.attention_dropout"),
+        # the seed's model: rotary positions, its own output layer, no linear biases
+        "position_embedding_type": ("rope", default % "position_embedding_type"),
+        "untie_embeddings_and_output_weights": (True, default % "untie_embeddings_and_output_weights"),
+        "add_bias_linear": (False, default % "add_bias_linear"),
+        "tensor_model_parallel_size": (2, f"{p}:23 parallelism.tensor_model_parallel_size"),
+        "pipeline_model_parallel_size": (1, f"{p}:24 parallelism.pipeline_model_parallel_size"),
+        "context_parallel_size": (1, f"{p}:25 parallelism.context_parallel_size"),
+        "micro_batch_size": (1, f"{p}:28 training.micro_batch_size"),
+        "seq_length": (8192, f"{p}:29 training.seq_length"),
+        "global_batch_size": (128, f"{p}:30 training.global_batch_size"),
+        "use_distributed_optimizer": (True, f"{p}:31 training.use_distributed_optimizer"),
+        "sequence_parallel": (True, f"{p}:32 training.sequence_parallel"),
+        "bf16": (True, f"{p}:36 precision.params_dtype"),
     }
+    assert [note.split(" (")[0] for note in load.notes] == [
+        "seed-format default: model.position_embedding_type rope",
+        "seed-format default: model.untie_embeddings_and_output_weights true",
+        "seed-format default: model.add_bias_linear false",
+    ]
 
 
 def test_llama3_70b_example_uses_interleaving_and_context_parallel():
@@ -107,7 +114,6 @@ def test_broken_fixture_reports_every_problem_at_its_line():
     assert codes_at(load) == [
         ("duplicate-key", f"{path}:21 training.recompute_method"),
         ("missing-key", f"{path}:2 model.hidden_size"),
-        ("missing-key", f"{path}:2 world_size"),
         ("unknown-key", f"{path}:4 model.hidden_sise"),
         ("out-of-range", f"{path}:6 model.num_query_groups"),
         ("wrong-type", f"{path}:8 model.vocab_size"),
@@ -116,21 +122,24 @@ def test_broken_fixture_reports_every_problem_at_its_line():
         ("out-of-range", f"{path}:12 model.hidden_dropout"),
         ("unknown-key", f"{path}:16 parallelism.micro_batch_size"),
         ("missing-key", f"{path}:17 training.micro_batch_size"),
-        ("invalid-choice", f"{path}:23 precision.params_dtype"),
+        ("invalid-choice", f"{path}:24 precision.params_dtype"),
+        ("conflicting-keys", f"{path}:25 world_size"),
     ]
     messages = [p.message for p in load.problems]
-    assert messages[3] == "unknown key hidden_sise in section model; did you mean hidden_size?"
-    assert messages[6] == ("normalization must be one of RMSNorm, LayerNorm, not rmsnorm; "
+    assert messages[2] == "unknown key hidden_sise in section model; did you mean hidden_size?"
+    assert messages[5] == ("normalization must be one of RMSNorm, LayerNorm, not rmsnorm; "
                            "did you mean RMSNorm?")
-    assert "write 1.0e-5" in messages[7]
-    assert messages[9] == ("unknown key micro_batch_size in section parallelism: "
+    assert "write 1.0e-5" in messages[6]
+    assert messages[8] == ("unknown key micro_batch_size in section parallelism: "
                            "micro_batch_size belongs under training:")
-    assert messages[11] == "params_dtype must be one of bf16, fp16, fp32, not bf32; did you mean fp32?"
+    assert messages[10] == "params_dtype must be one of bf16, fp16, fp32, not bf32; did you mean fp32?"
+    assert messages[11] == (f"the world size is given twice: 16 here, 8 at {path}:22 training.world_size; "
+                            "give it once")
     # Bad values are not mapped; good ones still are, and the world size is unknown.
     assert not load.raw.given("vocab_size") and not load.raw.given("normalization")
     assert load.raw.value("recompute_method") == "block"          # YAML keeps the later value
     assert load.raw.value("num_layers") == 32
-    assert load.world_size is None
+    assert load.world_size is None and load.world_size_unknown is None   # reported once, as the conflict
 
 
 # --- defaults and the mapping ---------------------------------------------------------------
@@ -144,11 +153,21 @@ def test_seed_defaults_are_written_out_and_megatron_defaults_are_left_unset(tmp_
     assert got["swiglu"] == (True, f"{path} model.activation_func (seed-format default)")
     assert got["bf16"] == (True, f"{path} precision.params_dtype (seed-format default)")
     assert got["use_distributed_optimizer"] == (True, f"{path} training.use_distributed_optimizer (seed-format default)")
-    # The guide's wrong defaults are not applied: Megatron's own apply downstream.
-    for dest in ("expert_tensor_parallel_size", "recompute_num_layers", "ffn_hidden_size",
+    # Defaults for experts and full recompute apply only to a MoE model and to full recompute;
+    # the seed's defaults that Megatron shares (one query group per head, no fp8, ...) need no setting.
+    for dest in ("expert_tensor_parallel_size", "moe_grouped_gemm", "recompute_num_layers", "ffn_hidden_size",
                  "group_query_attention", "num_query_groups", "fp8", "sequence_parallel"):
         assert dest not in got
     assert load.world_size == 1 and load.world_size_location == f"{path}:13 world_size"
+    assert [note.split(" (")[0] for note in load.notes] == [
+        "seed-format default: model.normalization RMSNorm",
+        "seed-format default: model.position_embedding_type rope",
+        "seed-format default: model.untie_embeddings_and_output_weights true",
+        "seed-format default: model.add_bias_linear false",
+        "seed-format default: training.use_distributed_optimizer true",
+        "seed-format default: model.activation_func swiglu",
+        "seed-format default: precision.params_dtype bf16",
+    ]
 
 
 def test_explicit_keys_replace_the_seed_defaults(tmp_path):
@@ -328,16 +347,6 @@ def test_unknown_keys_at_the_top_level(tmp_path):
     assert load.problems[1].message == "unknown key num_layers at the top level: num_layers belongs under model:"
 
 
-def test_world_size_under_training_belongs_at_the_top_level(tmp_path):
-    text = MINIMAL.replace("  seq_length: 128\n", "  seq_length: 128\n  world_size: 8\n").replace("world_size: 1\n", "")
-    path = write(tmp_path, text)
-    load = load_seed_yaml(path)
-    assert codes_at(load) == [("missing-key", f"{path}:1 world_size"),
-                              ("unknown-key", f"{path}:13 training.world_size")]
-    assert load.problems[1].message == ("unknown key world_size in section training: "
-                                        "world_size belongs at the top level, not under training:")
-
-
 def test_several_problems_in_one_key_list_and_world_size(tmp_path):
     text = MINIMAL.replace("  seq_length: 128\n", "  seq_length: 128\n  recompute_modules: [core_attn, mlpp, core_attn]\n")
     text = text.replace("world_size: 1", "world_size: 0")
@@ -372,13 +381,14 @@ def test_schema_is_valid_draft_2020_12_and_every_key_is_mapped():
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     special = {("model", "num_query_groups"), ("model", "activation_func"), ("model", "gated_linear_unit"),
-               ("precision", "params_dtype"), ("precision", "fp8")}
+               ("precision", "params_dtype"), ("precision", "fp8"), ("training", "world_size")}
     for section in seed_yaml.SECTIONS:
         spec = schema["properties"][section]
         assert spec["additionalProperties"] is False
         for key in spec["properties"]:
             assert (section, key) in seed_yaml._SAME_VALUE or (section, key) in special, (section, key)
-    assert set(schema["required"]) == {"model", "parallelism", "training", "world_size"}
+    # world_size is not required by the schema: training.world_size, the top-level key or --world-size gives it.
+    assert set(schema["required"]) == {"model", "parallelism", "training"}
     assert schema["properties"]["model"]["required"] == [
         "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings"]
 

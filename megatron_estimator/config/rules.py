@@ -325,13 +325,20 @@ def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunConte
         if method is None:
             yield Problem("recompute-method-required", where,
                           "--recompute-granularity full needs --recompute-method uniform or block")
+        # transformer_config.py __post_init__ (main d98e8a64 lines 1919-1925; 0.8 on) asks only that
+        # the count be set.  Block recomputes the first `count` layers of each stage
+        # (megatron/core/recompute.py lines 167-181 at d98e8a64; transformer_block.py
+        # _checkpointed_forward from 0.8 to 0.18), so 0 recomputes none; uniform steps through the
+        # stage `count` layers at a time (recompute.py lines 157-166), so 0 never ends.
         if count is None:
             yield Problem("recompute-num-layers-required", where,
                           "--recompute-granularity full needs --recompute-num-layers (uniform: layers per "
                           "recompute group; block: layers recomputed per stage)")
-        elif isinstance(count, int) and count < 1:
+        elif isinstance(count, int) and count < 1 and method == "uniform":
             yield Problem("out-of-range", raw.location("recompute_num_layers"),
-                          "--recompute-num-layers must be at least 1 with full recompute")
+                          "--recompute-num-layers must be at least 1 with --recompute-method uniform: "
+                          "Megatron steps through each stage's layers that many at a time, and 0 never ends "
+                          "(with block, 0 recomputes no layer)")
     elif granularity == "selective":
         if method is not None:
             yield Problem("recompute-method-with-selective", raw.location("recompute_method"),

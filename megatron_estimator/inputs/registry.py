@@ -117,7 +117,8 @@ def _read_seed_yaml(path, options: ReadOptions) -> FileInput:
     loaded = load_seed_yaml(path)
     return FileInput(loaded.raw, tuple(loaded.problems), world_size=loaded.world_size,
                      world_size_source=f"world_size in {loaded.world_size_location}"
-                     if loaded.world_size is not None else None)
+                     if loaded.world_size is not None else None,
+                     world_size_unknown=loaded.world_size_unknown, notes=loaded.notes)
 
 
 def _read_megatron_yaml(path, options: ReadOptions) -> FileInput:

@@ -4,13 +4,13 @@ not edit: edit the JSON file and rerun the script).  inputs/seed_yaml.py loads i
 SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
  '$id': 'https://github.com/megatron-estimator/megatron-estimator/schemas/seed-config.schema.json',
  'title': 'megatron-estimator seed configuration',
- 'description': 'The YAML format of the seed configuration guide (sections model, parallelism, training, '
-                'precision and a top-level world_size), read by megatron_estimator.loaders.seed_yaml. Where '
-                "the guide states a default that differs from Megatron's flag default (normalization, "
-                "activation, distributed optimizer, bf16), the format keeps the guide's; every other setting "
-                "left out takes Megatron's default. Keys marked 'Extension' are not in the guide. Where the "
-                'guide is wrong about Megatron (expert_tensor_parallel_size, context parallel, '
-                'recompute_num_layers), the format follows Megatron.',
+ 'description': 'The YAML format of the seed tool (yzlnew/infra-skills megatron-memory-estimator; sections '
+                'model, parallelism, training, precision, and world_size under training: or at the top '
+                'level), read by megatron_estimator.inputs.seed_yaml. What a file does not say takes the '
+                "seed's defaults: the guide's stated ones and the model the seed's scripts build (rotary "
+                'positions, untied output layer, no linear biases, RMSNorm, SwiGLU, grouped-GEMM experts, '
+                'expert tensor parallel 1, distributed optimizer, bf16); keys the file sets win. null means '
+                "unset for every key. Keys marked 'Extension' are not in the seed's files.",
  'type': 'object',
  'properties': {'model': {'type': 'object',
                           'description': 'The model architecture.',
@@ -56,11 +56,11 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                          'description': 'Routed experts of each MoE layer '
                                                                         '(--num-experts). Absent or null: a '
                                                                         'dense model.'},
-                                         'moe_router_topk': {'type': 'integer',
+                                         'moe_router_topk': {'type': ['integer', 'null'],
                                                              'minimum': 1,
                                                              'description': 'Experts each token is routed to '
-                                                                            '(--moe-router-topk, default '
-                                                                            '2).'},
+                                                                            '(--moe-router-topk, seed and '
+                                                                            'Megatron default 2).'},
                                          'moe_ffn_hidden_size': {'type': ['integer', 'null'],
                                                                  'minimum': 1,
                                                                  'description': 'MLP hidden size of each '
@@ -80,6 +80,14 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                                 'null: no '
                                                                                                 'shared '
                                                                                                 'expert.'},
+                                         'moe_grouped_gemm': {'type': ['boolean', 'null'],
+                                                              'description': 'Extension, not in the seed '
+                                                                             'guide. --moe-grouped-gemm. '
+                                                                             'Seed default true for a MoE '
+                                                                             "model (the seed's estimator "
+                                                                             'builds grouped-GEMM experts); '
+                                                                             "Megatron's flag default is "
+                                                                             'false.'},
                                          'vocab_size': {'type': 'integer',
                                                         'minimum': 1,
                                                         'description': 'Tokenizer vocabulary size before '
@@ -92,23 +100,23 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                     '(--max-position-embeddings). '
                                                                                     'Required; must be at '
                                                                                     'least seq_length.'},
-                                         'normalization': {'enum': ['RMSNorm', 'LayerNorm'],
+                                         'normalization': {'enum': ['RMSNorm', 'LayerNorm', None],
                                                            'description': 'Normalization (--normalization). '
                                                                           "Seed default RMSNorm; Megatron's "
                                                                           'flag default is LayerNorm.'},
-                                         'layernorm_epsilon': {'type': 'number',
+                                         'layernorm_epsilon': {'type': ['number', 'null'],
                                                                'exclusiveMinimum': 0,
                                                                'description': 'Normalization epsilon '
                                                                               '(--norm-epsilon, default '
                                                                               '1e-5). YAML 1.1 reads 1e-5 as '
                                                                               'a string: write 1.0e-5.'},
-                                         'activation_func': {'enum': ['swiglu', 'gelu', 'squared_relu'],
+                                         'activation_func': {'enum': ['swiglu', 'gelu', 'squared_relu', None],
                                                              'description': 'MLP activation. Seed default '
                                                                             'swiglu (--swiglu); gelu is '
                                                                             "Megatron's default; "
                                                                             'squared_relu is '
                                                                             '--squared-relu.'},
-                                         'gated_linear_unit': {'type': 'boolean',
+                                         'gated_linear_unit': {'type': ['boolean', 'null'],
                                                                'description': 'Gated MLP. Follows '
                                                                               'activation_func when absent: '
                                                                               'true for swiglu, false '
@@ -117,61 +125,87 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                               'through --swiglu, so true '
                                                                               'needs swiglu and false '
                                                                               'excludes it.'},
-                                         'qk_layernorm': {'type': 'boolean',
+                                         'qk_layernorm': {'type': ['boolean', 'null'],
                                                           'description': 'Normalize queries and keys '
                                                                          '(--qk-layernorm, default false).'},
-                                         'multi_latent_attention': {'type': 'boolean',
+                                         'multi_latent_attention': {'type': ['boolean', 'null'],
                                                                     'description': 'Multi-latent attention '
                                                                                    '(--multi-latent-attention, '
                                                                                    'default false).'},
+                                         'fp16_lm_cross_entropy': {'type': ['boolean', 'null'],
+                                                                   'description': '--fp16-lm-cross-entropy: '
+                                                                                  "the output layer's cross "
+                                                                                  'entropy in fp16 (default '
+                                                                                  'false; Megatron needs '
+                                                                                  '--fp16 for it, that is '
+                                                                                  'params_dtype: fp16).'},
                                          'position_embedding_type': {'enum': ['learned_absolute',
                                                                               'rope',
                                                                               'yarn',
                                                                               'mrope',
                                                                               'relative',
-                                                                              'none'],
+                                                                              'none',
+                                                                              None],
                                                                      'description': 'Extension, not in the '
                                                                                     'seed guide. '
-                                                                                    '--position-embedding-type; '
-                                                                                    "Megatron's default "
+                                                                                    '--position-embedding-type. '
+                                                                                    'Seed default rope (the '
+                                                                                    "seed's model uses "
+                                                                                    'rotary embeddings over '
+                                                                                    'the whole head, '
+                                                                                    'rotary_percent 1.0, '
+                                                                                    "base 10000); Megatron's "
+                                                                                    'flag default '
                                                                                     'learned_absolute adds a '
                                                                                     'max_position_embeddings '
-                                                                                    'x hidden_size table. '
-                                                                                    'LLaMA-style models use '
-                                                                                    'rope.'},
-                                         'untie_embeddings_and_output_weights': {'type': 'boolean',
+                                                                                    'x hidden_size table.'},
+                                         'untie_embeddings_and_output_weights': {'type': ['boolean', 'null'],
                                                                                  'description': 'Extension, '
                                                                                                 'not in the '
                                                                                                 'seed guide. '
-                                                                                                '--untie-embeddings-and-output-weights; '
+                                                                                                '--untie-embeddings-and-output-weights. '
+                                                                                                'Seed '
+                                                                                                'default '
+                                                                                                'true (the '
+                                                                                                "seed's "
+                                                                                                'model has '
+                                                                                                'its own '
+                                                                                                'output '
+                                                                                                'layer); '
                                                                                                 "Megatron's "
+                                                                                                'flag '
                                                                                                 'default '
                                                                                                 'false ties '
                                                                                                 'the output '
                                                                                                 'layer to '
                                                                                                 'the input '
                                                                                                 'embedding.'},
-                                         'add_bias_linear': {'type': 'boolean',
+                                         'add_bias_linear': {'type': ['boolean', 'null'],
                                                              'description': 'Extension, not in the seed '
                                                                             'guide. Biases in the linear '
-                                                                            "layers; Megatron's default true "
-                                                                            '(false is '
-                                                                            '--disable-bias-linear).'},
-                                         'add_qkv_bias': {'type': 'boolean',
+                                                                            'layers. Seed default false (the '
+                                                                            "seed's model has none: "
+                                                                            '--disable-bias-linear); '
+                                                                            "Megatron's flag default is "
+                                                                            'true.'},
+                                         'add_qkv_bias': {'type': ['boolean', 'null'],
                                                           'description': 'Extension, not in the seed guide. '
-                                                                         '--add-qkv-bias (default false).'},
-                                         'hidden_dropout': {'type': 'number',
+                                                                         '--add-qkv-bias (seed and Megatron '
+                                                                         'default false).'},
+                                         'hidden_dropout': {'type': ['number', 'null'],
                                                             'minimum': 0,
                                                             'maximum': 1,
                                                             'description': 'Extension, not in the seed '
                                                                            'guide. --hidden-dropout; '
-                                                                           "Megatron's default 0.1."},
-                                         'attention_dropout': {'type': 'number',
+                                                                           "Megatron's default 0.1, which "
+                                                                           "the seed's model keeps too."},
+                                         'attention_dropout': {'type': ['number', 'null'],
                                                                'minimum': 0,
                                                                'maximum': 1,
                                                                'description': 'Extension, not in the seed '
                                                                               'guide. --attention-dropout; '
-                                                                              "Megatron's default 0.1."},
+                                                                              "Megatron's default 0.1, which "
+                                                                              "the seed's model keeps too."},
                                          'kv_channels': {'type': ['integer', 'null'],
                                                          'minimum': 1,
                                                          'description': 'Extension, not in the seed guide. '
@@ -181,7 +215,8 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                          'moe_layer_freq': {'oneOf': [{'type': 'integer', 'minimum': 1},
                                                                       {'type': 'array',
                                                                        'minItems': 1,
-                                                                       'items': {'enum': [0, 1]}}],
+                                                                       'items': {'enum': [0, 1]}},
+                                                                      {'type': 'null'}],
                                                             'description': 'Extension, not in the seed '
                                                                            'guide. --moe-layer-freq: every '
                                                                            'k-th layer is MoE (an integer k, '
@@ -193,24 +228,24 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                         '--q-lora-rank for multi-latent '
                                                                         'attention. Absent or null: no query '
                                                                         'down-projection.'},
-                                         'kv_lora_rank': {'type': 'integer',
+                                         'kv_lora_rank': {'type': ['integer', 'null'],
                                                           'minimum': 1,
                                                           'description': 'Extension, not in the seed guide. '
                                                                          '--kv-lora-rank for multi-latent '
                                                                          'attention (default 32).'},
-                                         'qk_head_dim': {'type': 'integer',
+                                         'qk_head_dim': {'type': ['integer', 'null'],
                                                          'minimum': 1,
                                                          'description': 'Extension, not in the seed guide. '
                                                                         '--qk-head-dim for multi-latent '
                                                                         'attention (default 128).'},
-                                         'qk_pos_emb_head_dim': {'type': 'integer',
+                                         'qk_pos_emb_head_dim': {'type': ['integer', 'null'],
                                                                  'minimum': 1,
                                                                  'description': 'Extension, not in the seed '
                                                                                 'guide. '
                                                                                 '--qk-pos-emb-head-dim for '
                                                                                 'multi-latent attention '
                                                                                 '(default 64).'},
-                                         'v_head_dim': {'type': 'integer',
+                                         'v_head_dim': {'type': ['integer', 'null'],
                                                         'minimum': 1,
                                                         'description': 'Extension, not in the seed guide. '
                                                                        '--v-head-dim for multi-latent '
@@ -264,7 +299,7 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                                     'is '
                                                                                                     'uneven '
                                                                                                     '(--decoder-last-pipeline-num-layers).'},
-                                               'expert_model_parallel_size': {'type': 'integer',
+                                               'expert_model_parallel_size': {'type': ['integer', 'null'],
                                                                               'minimum': 1,
                                                                               'description': 'Expert '
                                                                                              'parallel size '
@@ -277,15 +312,21 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                               'inside each '
                                                                                               'expert '
                                                                                               '(--expert-tensor-parallel-size). '
-                                                                                              'Absent or '
-                                                                                              'null: '
-                                                                                              'tensor_model_parallel_size, '
-                                                                                              'as in '
-                                                                                              'Megatron (the '
-                                                                                              "seed guide's "
-                                                                                              'default of 1 '
-                                                                                              'is wrong).'},
-                                               'context_parallel_size': {'type': 'integer',
+                                                                                              'Seed default '
+                                                                                              '1 for a MoE '
+                                                                                              'model (the '
+                                                                                              "guide's "
+                                                                                              'default; the '
+                                                                                              "seed's "
+                                                                                              'scripts read '
+                                                                                              '1 when it is '
+                                                                                              'absent); '
+                                                                                              "Megatron's "
+                                                                                              'default when '
+                                                                                              'the flag is '
+                                                                                              'absent is '
+                                                                                              'tensor_model_parallel_size.'},
+                                               'context_parallel_size': {'type': ['integer', 'null'],
                                                                          'minimum': 1,
                                                                          'description': 'Context parallel '
                                                                                         'size '
@@ -341,7 +382,7 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                  'understates '
                                                                                  'pipeline-parallel '
                                                                                  'activation memory).'},
-                                            'use_distributed_optimizer': {'type': 'boolean',
+                                            'use_distributed_optimizer': {'type': ['boolean', 'null'],
                                                                           'description': 'Shard the '
                                                                                          'optimizer state '
                                                                                          'over data-parallel '
@@ -350,7 +391,7 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                          '(--use-distributed-optimizer); '
                                                                                          "Megatron's flag "
                                                                                          'default is false.'},
-                                            'sequence_parallel': {'type': 'boolean',
+                                            'sequence_parallel': {'type': ['boolean', 'null'],
                                                                   'description': 'Sequence parallelism '
                                                                                  '(--sequence-parallel, '
                                                                                  'default false). It shards '
@@ -376,20 +417,21 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                      'description': '--recompute-num-layers: '
                                                                                     'with uniform, the '
                                                                                     'number of layers in '
-                                                                                    'each recomputed group; '
-                                                                                    'with block, the number '
-                                                                                    'of layers recomputed on '
-                                                                                    'each pipeline stage '
-                                                                                    "(the seed guide's "
-                                                                                    "'layers not to "
-                                                                                    "recompute' is wrong). "
-                                                                                    'Required with full, '
-                                                                                    'forbidden with '
-                                                                                    "selective. The guide's "
-                                                                                    'default 0 is not '
-                                                                                    'applied: absent means '
-                                                                                    'not set.'},
-                                            'recompute_modules': {'type': 'array',
+                                                                                    'each recomputed group '
+                                                                                    '(at least 1); with '
+                                                                                    'block, the number of '
+                                                                                    'layers recomputed on '
+                                                                                    'each pipeline stage, 0 '
+                                                                                    'recomputing none (the '
+                                                                                    "seed guide's 'layers "
+                                                                                    "not to recompute' is "
+                                                                                    'wrong). Seed default 0 '
+                                                                                    'with full recompute '
+                                                                                    "(the seed's scripts "
+                                                                                    'read 0 when it is '
+                                                                                    'absent); must not be '
+                                                                                    'set with selective.'},
+                                            'recompute_modules': {'type': ['array', 'null'],
                                                                   'minItems': 1,
                                                                   'uniqueItems': True,
                                                                   'items': {'enum': ['core_attn',
@@ -410,26 +452,36 @@ SEED_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                                  'default [core_attn]; the '
                                                                                  'allowed modules are those '
                                                                                  'of '
-                                                                                 'megatron/core/transformer/transformer_config.py).'}},
+                                                                                 'megatron/core/transformer/transformer_config.py).'},
+                                            'world_size': {'type': ['integer', 'null'],
+                                                           'minimum': 1,
+                                                           'description': 'Total number of GPUs, where the '
+                                                                          "seed's scripts read it. Give it "
+                                                                          'here or at the top level (not '
+                                                                          'both with different values); the '
+                                                                          "command line's --world-size "
+                                                                          'overrides it.'}},
                              'required': ['micro_batch_size', 'seq_length'],
                              'additionalProperties': False},
                 'precision': {'type': 'object',
                               'description': 'Numeric formats.',
-                              'properties': {'params_dtype': {'enum': ['bf16', 'fp16', 'fp32'],
+                              'properties': {'params_dtype': {'enum': ['bf16', 'fp16', 'fp32', None],
                                                               'description': 'Parameter dtype. Seed default '
                                                                              'bf16 (--bf16); fp16 is --fp16; '
                                                                              'fp32 (an extension) is '
                                                                              "Megatron's default."},
-                                             'fp8': {'enum': [False, True, 'hybrid', 'e4m3'],
+                                             'fp8': {'enum': [False, True, 'hybrid', 'e4m3', None],
                                                      'description': 'FP8 compute (--fp8-format). true means '
                                                                     "hybrid, the format Megatron's examples "
                                                                     'use; a string names the format. Default '
                                                                     'false.'}},
                               'required': [],
                               'additionalProperties': False},
-                'world_size': {'type': 'integer',
+                'world_size': {'type': ['integer', 'null'],
                                'minimum': 1,
-                               'description': 'Total number of GPUs. Required; tensor * pipeline * context '
-                                              'parallel sizes must divide it.'}},
- 'required': ['model', 'parallelism', 'training', 'world_size'],
+                               'description': "Total number of GPUs; training.world_size (where the seed's "
+                                              'scripts put it) is the same setting. Required unless the '
+                                              'command line gives --world-size (which overrides it); tensor '
+                                              '* pipeline * context parallel sizes must divide it.'}},
+ 'required': ['model', 'parallelism', 'training'],
  'additionalProperties': False}

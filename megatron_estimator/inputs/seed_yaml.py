@@ -1,16 +1,21 @@
 """The seed YAML format -> Megatron dests, with ``file:line section.key`` locations.
 
-The format is the one in the seed configuration guide: sections ``model``, ``parallelism``,
-``training``, ``precision`` and a top-level ``world_size``.  ``schemas/seed-config.schema.json``
+The format is the seed tool's (yzlnew/infra-skills megatron-memory-estimator: its
+configuration guide, its example files and the scripts that read them): sections ``model``,
+``parallelism``, ``training``, ``precision``, and ``world_size`` under ``training:`` (where
+the seed's scripts read it) or at the top level.  ``schemas/seed-config.schema.json``
 describes it exactly; every schema error is its own problem, located at the key's line (a
 missing key at its section's line), with a stable code: ``unknown-key`` (with did-you-mean,
 or the section the key belongs to), ``missing-key``, ``wrong-type``, ``out-of-range``,
-``invalid-choice``; anything else the schema rejects is ``schema``.
+``invalid-choice``; anything else the schema rejects is ``schema``.  ``null`` means unset
+for every key (the seed's files write ``num_experts: null``, ``moe_router_topk: null``); a
+required key that is null is missing.
 
 How the keys become Megatron dests (megatron/training/arguments.py, argument_utils.py):
 
 - Most keys keep their name: ``model.num_layers`` -> ``num_layers``, ``training.seq_length``
-  -> ``seq_length``, ``parallelism.tensor_model_parallel_size`` -> the same dest, and so on.
+  -> ``seq_length``, ``parallelism.tensor_model_parallel_size`` -> the same dest, and so on
+  (``model.fp16_lm_cross_entropy`` -> ``fp16_lm_cross_entropy``, Megatron's flag).
 - ``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage`` ->
   ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``.
 - ``virtual_pipeline_model_parallel_size`` -> ``num_virtual_stages_per_pipeline_rank`` (the
@@ -34,19 +39,28 @@ How the keys become Megatron dests (megatron/training/arguments.py, argument_uti
   format makes it optional and leaves it unset when absent; the schema's description warns
   that real models rarely use the derived value.
 
-Defaults.  Where the guide documents a default that differs from Megatron's flag default,
-the seed format keeps the guide's and the loader writes it out as a setting located
-``file section.key (seed-format default)``: ``normalization: RMSNorm`` (Megatron: LayerNorm),
-``activation_func: swiglu`` (Megatron: gelu), ``params_dtype: bf16`` (Megatron: fp32) and
-``use_distributed_optimizer: true`` (Megatron's ``--use-distributed-optimizer`` is off by
-default: a launch by flags without it does NOT shard the optimizer, while a seed file that
-leaves the key out does).  Every other key left out is not set, so Megatron's own default
-applies, including the defaults the guide gets wrong: ``expert_tensor_parallel_size`` unset
-means the tensor parallel size (not 1), ``recompute_num_layers`` unset is unset (not 0), and
-context parallelism does not require sequence parallelism.  Megatron's defaults also apply
-to what the guide does not mention (learned absolute position embeddings, tied embeddings,
-linear biases, dropout 0.1): the extension keys ``position_embedding_type``,
-``untie_embeddings_and_output_weights``, ``add_bias_linear``, ``hidden_dropout``, ... set them.
+Defaults: the seed's, not Megatron's.  What a file does not say takes the value the seed's
+tool gives it: the guide's stated defaults, and the model the seed's scripts build (its
+``create_args_from_config`` / ``create_transformer_config`` hard-code rotary positions,
+``rotary_percent`` 1.0 and base 10000, an output layer of its own, no linear or QKV biases,
+grouped-GEMM experts).  Where such a default differs from Megatron's flag default, the loader
+writes it out as a setting located ``file section.key (seed-format default)`` and states it as
+a note, which the report lists among its assumptions (``SEED_DEFAULTS``): RMSNorm, SwiGLU, rope,
+untied embeddings and output layer, no linear biases, the distributed optimizer and bf16
+always; for a MoE model ``moe_grouped_gemm`` and ``expert_tensor_parallel_size: 1`` (the
+guide's default; Megatron's is the tensor parallel size); with full recompute
+``recompute_num_layers: 0`` (the seed's scripts read 0 when it is absent; with block it
+recomputes no layer, with uniform Megatron refuses it).  Defaults the seed shares with
+Megatron (``moe_router_topk`` 2, ``layernorm_epsilon`` 1e-5, one query group per head, no QKV
+bias, dropout 0.1, which the seed's model keeps) need no setting.  A key the file sets wins
+(``position_embedding_type``, ``untie_embeddings_and_output_weights``, ``add_bias_linear``,
+``moe_grouped_gemm`` and the other extension keys exist for that).
+
+The padded vocabulary follows Megatron, not the seed: the seed's estimator takes
+``padded_vocab_size = vocab_size``, but a Megatron run pads the vocabulary to a multiple of
+``make_vocab_size_divisible_by`` (128) x the tensor parallel size
+(megatron/training/tokenizer/tokenizer.py ``_vocab_size_with_padding``), and that is what
+the GPUs hold; ``config/vocab.py`` pads every input alike and the report says so.
 
 Cross-field rules of Megatron itself (divisibility, world size tiling, recompute
 combinations) are not checked here: validation checks every input format the same way.
@@ -101,6 +115,8 @@ _SAME_VALUE = {
     ("model", "layernorm_epsilon"): "layernorm_epsilon",
     ("model", "qk_layernorm"): "qk_layernorm",
     ("model", "multi_latent_attention"): "multi_latent_attention",
+    ("model", "fp16_lm_cross_entropy"): "fp16_lm_cross_entropy",
+    ("model", "moe_grouped_gemm"): "moe_grouped_gemm",
     ("model", "position_embedding_type"): "position_embedding_type",
     ("model", "untie_embeddings_and_output_weights"): "untie_embeddings_and_output_weights",
     ("model", "add_bias_linear"): "add_bias_linear",
@@ -135,13 +151,36 @@ _SAME_VALUE = {
 
 _KEY_OF_DEST = {dest: key for key, dest in _SAME_VALUE.items()}
 
-# Seed-format defaults that differ from Megatron's flag defaults: (section, key, dest, value).
+# The seed's defaults that differ from Megatron's flag defaults, applied where the file leaves
+# the key out or null: (section, key, dest, value, when, why).  ``when``: None (always), "moe"
+# (the model has experts) or "full" (recompute_granularity: full).  ``why`` is what the note
+# says; the seed's estimate.py create_args_from_config / create_transformer_config is where
+# the seed's scripts take each value.
 SEED_DEFAULTS = (
-    ("model", "normalization", "normalization", "RMSNorm"),          # Megatron: LayerNorm
-    ("training", "use_distributed_optimizer", "use_distributed_optimizer", True),  # Megatron: off
+    ("model", "normalization", "normalization", "RMSNorm", None,
+     "the seed guide's default; Megatron's is LayerNorm"),
+    ("model", "position_embedding_type", "position_embedding_type", "rope", None,
+     "the seed's model uses rotary embeddings, rotary_percent 1.0, base 10000; Megatron's default is "
+     "learned_absolute"),
+    ("model", "untie_embeddings_and_output_weights", "untie_embeddings_and_output_weights", True, None,
+     "the seed's model has an output layer of its own; Megatron's default ties it to the embedding"),
+    ("model", "add_bias_linear", "add_bias_linear", False, None,
+     "the seed's model has no linear biases; Megatron's default has them"),
+    ("model", "moe_grouped_gemm", "moe_grouped_gemm", True, "moe",
+     "the seed's model uses grouped-GEMM experts; Megatron's default is off"),
+    ("parallelism", "expert_tensor_parallel_size", "expert_tensor_parallel_size", 1, "moe",
+     "the seed guide's default; Megatron's is the tensor parallel size"),
+    ("training", "use_distributed_optimizer", "use_distributed_optimizer", True, None,
+     "the seed guide's default; Megatron's is off"),
+    ("training", "recompute_num_layers", "recompute_num_layers", 0, "full",
+     "the seed's scripts read 0 when it is absent; Megatron has no default"),
 )
 DEFAULT_ACTIVATION = "swiglu"        # Megatron: gelu
 DEFAULT_PARAMS_DTYPE = "bf16"        # Megatron: fp32
+_DEFAULT_WHY = {
+    "activation_func": "the seed guide's default; Megatron's is gelu",
+    "params_dtype": "the seed guide's default; Megatron's is fp32",
+}
 FP8_TRUE_FORMAT = "hybrid"           # --fp8-format hybrid, as in Megatron's example launches
 
 
@@ -151,6 +190,8 @@ class SeedLoad:
     world_size: int | None
     world_size_location: str
     problems: tuple[Problem, ...]
+    notes: tuple[str, ...] = ()            # each seed-format default applied, as the report states it
+    world_size_unknown: Problem | None = None   # the problem when the file gives no world size
 
 
 def seed_schema() -> dict:
@@ -186,14 +227,38 @@ def load_seed_yaml(path: str | os.PathLike) -> SeedLoad:
     found.sort(key=lambda item: (item[0], item[1]))
     problems.extend(problem for _, _, problem in found)
 
-    world_size, world_size_location = None, name
-    node = root.entries.get("world_size")
-    if node is not None:
-        world_size_location = key_location(name, node.line, "world_size")
-        if ("world_size",) not in bad_paths:
-            world_size = _as_int(node.value)
+    world_size, world_size_location, unknown = _world_size(root, name, bad_paths, problems)
     return SeedLoad(RawArgs(mapper.settings, name, mapper.absent_location), world_size, world_size_location,
-                    tuple(problems))
+                    tuple(problems), tuple(mapper.notes), unknown)
+
+
+def _world_size(root: YamlNode, name: str, bad_paths: set[tuple[str, ...]], problems: list[Problem]
+                ) -> tuple[int | None, str, Problem | None]:
+    """(world size, its location, the problem if none is given): ``training.world_size`` (where
+    the seed's scripts read it) or the top-level ``world_size``; both with different values is
+    a problem at the later one.  None given is a problem only where the caller gives no world
+    size either (``--world-size``): api.evaluate adds ``world_size_unknown`` then."""
+    training = root.entries.get("training")
+    candidates = ((("world_size",), root.entries.get("world_size")),
+                  (("training", "world_size"), training.entries.get("world_size")
+                   if training is not None and training.entries is not None else None))
+    given = sorted((node.line, key_location(name, node.line, ".".join(path)), _as_int(node.value))
+                   for path, node in candidates
+                   if node is not None and node.value is not None and path not in bad_paths
+                   and path[:1] not in bad_paths)
+    if not given:
+        where = key_location(name, (training or root).line, "training.world_size")
+        if any(path in bad_paths for path, _ in candidates):
+            return None, where, None            # a bad value, reported already
+        return None, where, Problem("missing-key", where, "the world size is not given: set training.world_size "
+                                    "(or world_size at the top level), or pass --world-size")
+    (_, where, value), later = given[0], given[1:]
+    for _, other_where, other in later:
+        if other != value:
+            problems.append(Problem("conflicting-keys", other_where,
+                                    f"the world size is given twice: {other} here, {value} at {where}; give it once"))
+            return None, where, None            # which one is meant is not known
+    return value, where, None
 
 
 # --- schema errors -> problems ---------------------------------------------------------------
@@ -254,14 +319,16 @@ def _translate(error, path, root, name, schema, seen_required):
     key = key_path_parts[-1] if key_path_parts else "the top level"
     item = f" (item {int(path[2]) + 1})" if len(path) > 2 else ""
     value = error.instance
-    if kind == "type":
+    if kind == "type" and value is None and len(path) == 2:
+        code, message = "missing-key", f"required key {key} is null (null means unset)"
+    elif kind == "type":
         code, message = "wrong-type", (f"{key}{item} must be {_expected(error.validator_value)}, "
                                        f"not {_describe(value)}{_float_hint(value)}")
     elif kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
         code, message = "out-of-range", f"{key}{item} must be {bound} {error.validator_value:g}, not {value!r}"
     elif kind == "enum":
-        choices = error.validator_value
+        choices = [c for c in error.validator_value if c is not None]    # null (unset) is always allowed
         hint = did_you_mean(str(value), [str(c) for c in choices if isinstance(c, str)])
         code, message = "invalid-choice", (f"{key}{item} must be one of "
                                            f"{', '.join(_yaml_text(c) for c in choices)}, "
@@ -323,6 +390,7 @@ class _Mapper:
         self.bad = bad_paths
         self.settings: dict[str, RawSetting] = {}
         self.problems: list[tuple[int, str, Problem]] = []
+        self.notes: list[str] = []
         self._integer_keys = {
             (section, key)
             for section in SECTIONS
@@ -331,17 +399,22 @@ class _Mapper:
         }
 
     def node(self, section: str, key: str) -> YamlNode | None:
-        """The key's node when its section and it are usable (present, schema-valid)."""
+        """The key's node when its section and it are usable (present, not null, schema-valid)."""
         if (section,) in self.bad or (section, key) in self.bad:
             return None
         section_node = self.root.entries.get(section)
         if section_node is None or section_node.entries is None:
             return None
-        return section_node.entries.get(key)
+        node = section_node.entries.get(key)
+        return node if node is not None and node.value is not None else None
 
     def present(self, section: str, key: str) -> bool:
+        """The file sets the key (null is unset), whether or not its value is usable."""
         node = self.root.entries.get(section)
-        return node is not None and node.entries is not None and key in node.entries
+        if node is None or node.entries is None:
+            return False
+        entry = node.entries.get(key)
+        return entry is not None and entry.value is not None
 
     def section_usable(self, section: str) -> bool:
         node = self.root.entries.get(section)
@@ -359,6 +432,11 @@ class _Mapper:
     def put(self, dest: str, value: Any, location: str) -> None:
         self.settings[dest] = RawSetting(dest, value, location)
 
+    def put_default(self, section: str, key: str, dest: str, value: Any, why: str) -> None:
+        """A seed-format default: the setting, located as such, and the note the report lists."""
+        self.put(dest, value, self.where(section, key, None))
+        self.notes.append(f"seed-format default: {section}.{key} {_yaml_text(value)} ({why})")
+
     def absent_location(self, dest: str) -> str:
         """Where a Megatron setting that this file does not give would go: its key (where a
         problem about it is already reported), else its section, else the flag."""
@@ -375,20 +453,22 @@ class _Mapper:
     def map_all(self) -> None:
         for (section, key), dest in _SAME_VALUE.items():
             node = self.node(section, key)
-            if node is None or node.value is None:
+            if node is None:
                 continue
             value = _as_int(node.value) if (section, key) in self._integer_keys else node.value
             self.put(dest, value, self.where(section, key, node))
-        for section, key, dest, value in SEED_DEFAULTS:
-            if self.section_usable(section) and not self.present(section, key):
-                self.put(dest, value, self.where(section, key, None))
+        conditions = {None: True, "moe": self.node("model", "num_experts") is not None,
+                      "full": getattr(self.node("training", "recompute_granularity"), "value", None) == "full"}
+        for section, key, dest, value, when, why in SEED_DEFAULTS:
+            if conditions[when] and self.section_usable(section) and not self.present(section, key):
+                self.put_default(section, key, dest, value, why)
         self._map_query_groups()
         self._map_activation()
         self._map_precision()
 
     def _map_query_groups(self) -> None:
         node = self.node("model", "num_query_groups")
-        if node is None or node.value is None:
+        if node is None:
             return
         groups = _as_int(node.value)
         heads = self.node("model", "num_attention_heads")
@@ -407,6 +487,9 @@ class _Mapper:
         activation = act_node.value if act_node is not None else DEFAULT_ACTIVATION
         act_where = self.where("model", "activation_func", act_node)
         gated = gated_node.value if gated_node is not None else None
+        if act_node is None and gated is not False:
+            self.notes.append(f"seed-format default: model.activation_func {DEFAULT_ACTIVATION} "
+                              f"({_DEFAULT_WHY['activation_func']})")
         if activation == "swiglu":
             if gated is False:
                 self.report(
@@ -431,8 +514,11 @@ class _Mapper:
             return
         if ("precision", "params_dtype") not in self.bad:
             node = self.node("precision", "params_dtype")
-            dtype = node.value if self.present("precision", "params_dtype") else DEFAULT_PARAMS_DTYPE
+            dtype = node.value if node is not None else DEFAULT_PARAMS_DTYPE
             where = self.where("precision", "params_dtype", node)
+            if node is None:
+                self.notes.append(f"seed-format default: precision.params_dtype {DEFAULT_PARAMS_DTYPE} "
+                                  f"({_DEFAULT_WHY['params_dtype']})")
             if dtype == "bf16":
                 self.put("bf16", True, where)
             elif dtype == "fp16":

@@ -39,10 +39,11 @@ def recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[
     tr = config.training
     if tr.recompute_granularity != "full" or not layers:
         return [], layers
-    n = tr.recompute_num_layers or 1
+    n = tr.recompute_num_layers     # validated: >= 1 with uniform, >= 0 with block (config/rules.py recompute)
     if tr.recompute_method == "uniform":
         return [layers[i:i + n] for i in range(0, len(layers), n)], ()
-    # block: the first n layers of each chunk are checkpointed one by one.
+    # block (megatron/core/recompute.py, transformer_block.py before 0.19): the first n layers of
+    # each chunk are checkpointed one by one; n = 0 checkpoints none.
     return [(i,) for i in layers[:n]], layers[n:]
 
 
