@@ -61,6 +61,8 @@ PLAIN = [
     ["estimate", "--", "--num-layers", "2"],
     ["estimate"],
     ["estimate", "--model", "llama3-8b", "--world-size", "8"],
+    ["estimate", "--hf-config", '{"model_type": "llama", "hidden_size": 64}', "--", "--seq-length", "8"],
+    ["estimate", "--hf-config=deepseek-ai/DeepSeek-V3@main", "--world-size", "8", "--"],
     ["estimate", "--format=json", "--gpu", "h100", "--world-size=8", "--", "--seq-length", "4096"],
     ["estimate", "--budget", "1GiB", "--budget", "2GiB", "--"],
     ["estimate", "--world-size", " 8 ", "--"],
