@@ -120,14 +120,16 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
 
 def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
                      environ: Mapping[str, str] | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
-    """A HuggingFace config.json (``--hf-config``) or a named preset (``--model``) supplies the
+    """A HuggingFace config.json (``--hf-config``: a local file or directory, an inline JSON
+    object or a hub model id, ``inputs/hf/source.py``) or a named preset (``--model``) supplies the
     architecture; Megatron flags add to it or override it.  The notes show the flags the
     architecture maps to, so the user sees what was assumed."""
     if hf_config is not None:
         from megatron_estimator.inputs.hf import load_hf_config
+        from megatron_estimator.inputs.hf.source import INLINE
 
         imported = load_hf_config(hf_config)
-        label = f"--hf-config {hf_config}"
+        label = f"--hf-config {INLINE if imported.source == INLINE else hf_config}"
     else:
         from megatron_estimator.inputs.presets import load_preset
 

@@ -90,8 +90,11 @@ def _accept_flags_option(parser: argparse.ArgumentParser) -> None:
 def _model_source(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model architecture (flags after '--' add to it or override it)")
     source = model.add_mutually_exclusive_group()
-    source.add_argument("--hf-config", metavar="PATH",
-                        help="a local HuggingFace config.json (or a directory holding one)")
+    source.add_argument("--hf-config", metavar="SOURCE",
+                        help="a HuggingFace config.json: an existing file or a directory holding one, else "
+                             "an inline JSON object ('{\"model_type\": ...}'), else a hub model id "
+                             "OWNER/NAME[@REVISION] (read through huggingface_hub and its cache: "
+                             "pip install 'megatron-estimator[hub]')")
     source.add_argument("--model", metavar="PRESET",
                         help="a named model: " + ", ".join(_preset_names()))
 
@@ -413,7 +416,7 @@ def _plan_model(ns) -> tuple[str | None, list[str]]:
         path = args.pop(0)
     args = _strip_separator(args)
     if path is None and not args and not (ns.hf_config or ns.model):
-        raise UsageError("give the model: Megatron flags after '--', a FILE, --model PRESET or --hf-config PATH")
+        raise UsageError("give the model: Megatron flags after '--', a FILE, --model PRESET or --hf-config SOURCE")
     if path is not None and (ns.hf_config or ns.model):
         raise UsageError(f"give one model: {path} or {'--hf-config' if ns.hf_config else '--model'}, not both")
     return path, args

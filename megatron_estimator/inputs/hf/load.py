@@ -1,7 +1,8 @@
 """Reading a config.json file and choosing the mapper for its ``model_type``.
 
-``load_hf_config(path)`` reads a local file (or the ``config.json`` inside a directory; never
-the network); ``parse_hf_config(text, source)`` maps its text.  Neither raises on bad input:
+``load_hf_config(source)`` reads a local file (or the ``config.json`` inside a directory), an
+inline JSON object or a hub model id (``source.py``: which form an argument is, and the
+reading); ``parse_hf_config(text, source)`` maps its text.  Neither raises on bad input:
 problems come back in the ``HfImport``.
 """
 
@@ -18,6 +19,7 @@ from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
 from megatron_estimator.inputs.hf.nemotron import map_nemotron_h
 from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
 from megatron_estimator.inputs.hf.result import HfImport, failed_import
+from megatron_estimator.inputs.hf.source import read_hf_source
 
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
@@ -46,25 +48,14 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
 }
 
 
-def load_hf_config(path: str | os.PathLike) -> HfImport:
-    """Read a local config.json (or the one inside a directory) into Megatron settings."""
-    given = os.fspath(path)
-    file = os.path.join(given, "config.json") if os.path.isdir(given) else given
-    if not os.path.exists(file):
-        if os.path.isdir(given):
-            message = f"no config.json in directory {given}"
-        else:
-            message = f"no such file: {given} (give a config.json or the directory holding it)"
-        return failed_import(file, Problem("hf-config-not-found", given, message))
-    try:
-        with open(file, "rb") as handle:
-            data = handle.read()
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        return failed_import(file, Problem("hf-config-unreadable", file, f"not UTF-8 text: {error}"))
-    except OSError as error:
-        return failed_import(file, Problem("hf-config-unreadable", file, f"cannot read: {error.strerror or error}"))
-    return parse_hf_config(text, file)
+def load_hf_config(source: str | os.PathLike) -> HfImport:
+    """Read a config.json into Megatron settings: a local file (or the one inside a directory),
+    an inline JSON object, or a hub model id ``OWNER/NAME[@REVISION]`` (``source.py`` says how
+    the form is decided)."""
+    text, where, problem = read_hf_source(source)
+    if problem is not None:
+        return failed_import(where, problem)
+    return parse_hf_config(text, where)
 
 
 def parse_hf_config(text: str, source: str) -> HfImport:
