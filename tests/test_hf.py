@@ -73,7 +73,14 @@ FIXTURE_PARAMETERS: dict[str, tuple[int, int]] = {
     "tiny-qwen2-moe-sparse.json": (824_064, 830_208),
     # 2 layers, h 64, 4 heads / 2 groups, F 128, tied vocab 256: 2 x 36992 + 16384 + 64.
     "tiny-llama-rope-parameters.json": (90_432, 90_432),
+    # Itemised by hand in tests/test_hf_deepseek_glm.py (the checkpoint less MTP copies and router biases).
+    "glm-4.5.json": (356_785_884_416, 356_785_884_416),
+    "glm-4.5-air.json": (109_227_304_960, 109_227_304_960),
+    "kimi-k2.json": (1_026_408_209_408, 1_026_408_209_408),
 }
+# Fixtures megatron-core's GPTModel cannot build: DeepSeek-V3.2's DSA maps to a hybrid pattern
+# (tests/test_hf_deepseek_glm.py itemises it).
+HYBRID_FIXTURES = ("deepseek-v3.2-exp.json",)
 
 
 def _fixture(name: str):
@@ -358,7 +365,7 @@ def test_transformers5_rope_parameters():
 
 def test_every_supported_model_type_is_exercised():
     types = {load_preset(name).model_type for name in preset_names()}
-    types |= {_fixture(name).model_type for name in FIXTURE_PARAMETERS}
+    types |= {_fixture(name).model_type for name in (*FIXTURE_PARAMETERS, *HYBRID_FIXTURES)}
     assert types == set(SUPPORTED_MODEL_TYPES)
 
 
@@ -586,10 +593,13 @@ _MEGATRON_ARG_DEFAULTS = {
     "hybrid_layer_pattern": None, "hybrid_override_pattern": None, "mtp_hybrid_override_pattern": None,
     "mamba_num_heads": None, "mamba_head_dim": 64, "mamba_state_dim": 128,
     "mamba_num_groups": 8, "squared_relu": False, "fp32_residual_connection": False,
+    "experimental_attention_variant": None, "dsa_indexer_n_heads": None, "dsa_indexer_head_dim": None,
+    "dsa_indexer_topk": None,
 }
 # Dests only hybrid models use (HybridModel, not GPTModel; checked elsewhere).
 _HYBRID_ONLY_DESTS = {"hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
-                      "mamba_num_groups", "squared_relu"}
+                      "mamba_num_groups", "squared_relu", "experimental_attention_variant", "dsa_indexer_n_heads",
+                      "dsa_indexer_head_dim", "dsa_indexer_topk"}
 # Dests that GPTModel takes as arguments rather than through TransformerConfig
 # (megatron/training/argument_utils.py gpt_config_from_args).
 _GPT_MODEL_DESTS = {

@@ -1,5 +1,16 @@
-"""DeepSeek-V2 / V2-Lite / V3: multi-latent attention with its YaRN RoPE, shared + routed experts
-with group-limited routing, and V3's multi-token prediction.
+"""DeepSeek-V2 / V2-Lite / V3 and V3's relatives: multi-latent attention with its YaRN RoPE,
+shared + routed experts with group-limited routing, and V3's multi-token prediction.
+
+Kimi-K2 (``kimi_k2``) is DeepSeek-V3's architecture with other sizes (Megatron-Bridge's KimiK2Bridge
+builds it as V3).  DeepSeek-V3.2-Exp (``deepseek_v32``) adds DeepSeek sparse attention: a lightning
+indexer (``index_n_heads`` heads of ``index_head_dim``, keeping ``index_topk`` tokens) on every
+layer.  Megatron builds it as AbsorbedMLASelfAttention with a DSAttention core
+(megatron/core/transformer/experimental_attention_variant/dsa.py), in a GPT decoder with
+--experimental-attention-variant dsa or as the 'D' layers of a hybrid pattern
+(megatron/core/models/hybrid/hybrid_layer_specs.py ``dsa_layer``); both hold the same tensors.
+The estimator models DSA in hybrid patterns only, so a V3.2 layer is mapped to a 'D' layer
+followed by its MLP ('-', the first_k_dense_replace layers) or MoE ('E') layer, and each MTP
+depth to ``DE``.
 """
 
 from __future__ import annotations
@@ -7,14 +18,20 @@ from __future__ import annotations
 from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, REQUIRED, ConfigReader, is_number, is_positive_int, show_value
 from megatron_estimator.inputs.hf.rope import rope_keys, supply_rotary_base
 from megatron_estimator.inputs.hf.shape import (
-    core_shape, supply_core_shape, supply_dropout, supply_gated_silu, supply_positions_vocab_rmsnorm)
+    core_shape, supply_core_shape, supply_dropout, supply_gated_silu, supply_hybrid_pattern,
+    supply_positions_vocab_rmsnorm)
+
+# Model types built as DeepSeek-V3 (sigmoid routing with an expert bias, MTP); deepseek_v32 adds DSA.
+V3_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "kimi_k2"})
 
 
 def map_deepseek(r: ConfigReader) -> None:
-    """DeepSeek-V2 / V2-Lite / V3: MLA attention, shared + routed experts, optional MTP."""
-    v3 = r.model_type == "deepseek_v3"
+    """DeepSeek-V2 / V2-Lite / V3 / V3.2, Kimi-K2: MLA attention, shared + routed experts, optional MTP."""
+    v3 = r.model_type in V3_TYPES
+    sparse = r.model_type == "deepseek_v32"
     layers, hidden, ffn, heads = core_shape(r)
-    supply_core_shape(r, layers, hidden, ffn, heads)
+    # A hybrid pattern states the layer count (one 'D' and one MLP / MoE layer per decoder layer).
+    supply_core_shape(r, None if sparse else layers, hidden, ffn, heads)
     r.ignore("pretraining_tp")
     r.ignore("num_key_value_heads")  # MLA has no key/value head groups (DeepSeek sets it = heads)
     supply_positions_vocab_rmsnorm(r, "rms_norm_eps", 1e-6)
@@ -57,13 +74,17 @@ def map_deepseek(r: ConfigReader) -> None:
         return  # bad value already reported
     r.ignore(*MOE_TRAINING_KEYS)
     mtp = r.count("num_nextn_predict_layers", 0, note_default=False) if v3 else 0
+    moe_layers = None
     if not experts:
         r.ignore("moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace",
                  "moe_layer_freq", "topk_method", "n_group", "topk_group", "scoring_func",
                  "norm_topk_prob", "routed_scaling_factor")
+        moe_layers = [0] * layers if layers else None
     else:
-        _deepseek_experts(r, experts, layers, v3)
-    if mtp:
+        moe_layers = deepseek_experts(r, experts, layers, v3, 2.5 if v3 else 1.0, layer_freq=not sparse)
+    if sparse:
+        _sparse_attention(r, moe_layers, mtp, bool(experts))
+    elif mtp:
         r.supply("--mtp-num-layers", mtp, "num_nextn_predict_layers")
     quant = r.raw("quantization_config")
     if quant is not None:
@@ -111,7 +132,31 @@ def _mla_rope(r: ConfigReader) -> None:
         )
 
 
-def _deepseek_experts(r: ConfigReader, experts: int, layers: int | None, v3: bool) -> None:
+def _sparse_attention(r: ConfigReader, moe_layers: list[int] | None, mtp: int | None, experts: bool) -> None:
+    """DeepSeek-V3.2's lightning indexer as --dsa-indexer-* and the layers as a hybrid pattern
+    (see the module notes): 'D' then '-' (dense) or 'E' (MoE) per decoder layer, ``DE`` (or
+    ``D-`` without experts) per MTP depth, as the MTP layer repeats a MoE decoder layer."""
+    for key, flag in (("index_n_heads", "--dsa-indexer-n-heads"), ("index_head_dim", "--dsa-indexer-head-dim"),
+                      ("index_topk", "--dsa-indexer-topk")):
+        value = r.positive_int(key)
+        if value:
+            r.supply(flag, value, key)
+    # The DSA q / kv norms stay standalone modules (mla_qk_norm_config.py, is_dsa).
+    r.supply("--experimental-attention-variant", "dsa", "model_type")
+    if moe_layers is None or mtp is None:
+        return  # a bad value is already reported
+    pattern = "".join("DE" if moe else "D-" for moe in moe_layers)
+    key = "first_k_dense_replace" if experts and r.has("first_k_dense_replace") else "num_hidden_layers"
+    supply_hybrid_pattern(r, pattern, (("DE" if experts else "D-"), mtp) if mtp else None, key,
+                          "num_nextn_predict_layers")
+
+
+def deepseek_experts(r: ConfigReader, experts: int, layers: int | None, sigmoid: bool, scale_default: float,
+                     *, layer_freq: bool = True) -> list[int] | None:
+    """DeepSeek-style experts (also GLM-4.5's): routed + shared experts, dense first layers,
+    softmax or ``sigmoid`` group-limited routing; the 0/1 MoE layer pattern, which is
+    --moe-layer-freq when ``layer_freq`` (None when unreadable)."""
+    v3 = sigmoid
     moe_ffn = r.positive_int("moe_intermediate_size")
     topk = r.positive_int("num_experts_per_tok")
     shared = r.count("n_shared_experts", None, allow_none=True, note_default=False) or 0
@@ -122,9 +167,10 @@ def _deepseek_experts(r: ConfigReader, experts: int, layers: int | None, v3: boo
         r.supply("--moe-ffn-hidden-size", moe_ffn, "moe_intermediate_size")
     if topk:
         r.supply("--moe-router-topk", topk, "num_experts_per_tok")
+    pattern = None
     if layers and first_dense is not None and freq:
         pattern = [1 if (i >= first_dense and i % freq == 0) else 0 for i in range(layers)]
-        if any(p == 0 for p in pattern):
+        if layer_freq and any(p == 0 for p in pattern):
             r.supply("--moe-layer-freq", pattern, "first_k_dense_replace+moe_layer_freq")
     if shared and moe_ffn:
         r.supply("--moe-shared-expert-intermediate-size", shared * moe_ffn, "n_shared_experts+moe_intermediate_size")
@@ -135,7 +181,7 @@ def _deepseek_experts(r: ConfigReader, experts: int, layers: int | None, v3: boo
     norm_topk = r.boolean("norm_topk_prob", v3, note_default=False)
     groups = r.positive_int("n_group", None, allow_none=True, note_default=False)
     group_topk = r.positive_int("topk_group", None, allow_none=True, note_default=False)
-    scale = r.number("routed_scaling_factor", 2.5 if v3 else 1.0, note_default=False)
+    scale = r.number("routed_scaling_factor", scale_default, note_default=False)
     if scoring in ("softmax", "sigmoid"):
         if scoring == "sigmoid":
             r.supply("--moe-router-score-function", "sigmoid", "scoring_func")
@@ -166,3 +212,4 @@ def _deepseek_experts(r: ConfigReader, experts: int, layers: int | None, v3: boo
         )
     if scale is not None and scale != 1.0:
         r.supply("--moe-router-topk-scaling-factor", float(scale), "routed_scaling_factor")
+    return pattern

@@ -15,6 +15,7 @@ from typing import Callable
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
+from megatron_estimator.inputs.hf.glm import map_glm4_moe
 from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
 from megatron_estimator.inputs.hf.nemotron import map_nemotron_h
 from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
@@ -25,8 +26,11 @@ from megatron_estimator.inputs.hf.source import read_hf_source
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
+    "glm4_moe",
     "gpt2",
     "gpt_neox",
+    "kimi_k2",
     "llama",
     "mistral",
     "mixtral",
@@ -42,8 +46,11 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
     **{name: map_decoder for name in FAMILIES},
     "deepseek_v2": map_deepseek,
     "deepseek_v3": map_deepseek,
+    "deepseek_v32": map_deepseek,
+    "glm4_moe": map_glm4_moe,
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
+    "kimi_k2": map_deepseek,
     "nemotron_h": map_nemotron_h,
 }
 

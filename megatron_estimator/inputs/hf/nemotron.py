@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from megatron_estimator.inputs.hf.reader import METADATA_KEYS, MOE_TRAINING_KEYS, ConfigReader, is_count, show_value
 from megatron_estimator.inputs.hf.shape import (
-    supply_core_shape, supply_positions_vocab_rmsnorm, supply_query_groups)
+    supply_core_shape, supply_hybrid_pattern, supply_positions_vocab_rmsnorm, supply_query_groups)
 
 # layers_block_type names -> Megatron's pattern symbols (hybrid_layer_allocation.py Symbols).
 BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
@@ -110,28 +110,9 @@ def _mtp_pattern(r: ConfigReader) -> tuple[str, int] | None:
 
 
 def _supply_pattern(r: ConfigReader, pattern: str, mtp: tuple[str, int] | None) -> None:
-    """The pattern in the chosen release's spelling (megatron/training/arguments.py): main reads
-    one --hybrid-layer-pattern with '/' MTP parts; releases before 0.17.0 have only
-    --hybrid-override-pattern, and MTP patterns before main go in --mtp-hybrid-override-pattern
-    with --mtp-num-layers.  Megatron derives --num-layers (and the MTP depth) from the pattern."""
-    from megatron_estimator.megatron.flags import flag_table
-    from megatron_estimator.megatron.releases import chosen_release
-
     key = "hybrid_override_pattern" if r.has("hybrid_override_pattern") else "layers_block_type"
-    table = flag_table()
-    flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in table else "--hybrid-override-pattern"
-    if mtp is None or chosen_release().version == "main":
-        r.supply(flag, pattern if mtp is None else "/".join([pattern] + [mtp[0]] * mtp[1]), key)
-        return
-    r.supply(flag, pattern, key)
     mtp_key = "mtp_hybrid_override_pattern" if r.has("mtp_hybrid_override_pattern") else "mtp_layers_block_type"
-    if "--mtp-hybrid-override-pattern" not in table:
-        r.problem("hf-unsupported-feature", mtp_key,
-                  f"MTP layers in a hybrid model need Megatron 0.17.0 or later (--mtp-hybrid-override-pattern); "
-                  f"the chosen release is {chosen_release().version}")
-        return
-    r.supply("--mtp-hybrid-override-pattern", mtp[0], mtp_key)
-    r.supply("--mtp-num-layers", mtp[1], "num_nextn_predict_layers")
+    supply_hybrid_pattern(r, pattern, mtp, key, mtp_key)
 
 
 def map_nemotron_h(r: ConfigReader) -> None:

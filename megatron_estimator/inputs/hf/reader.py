@@ -49,6 +49,9 @@ CONFIG_CLASS = {
     "qwen3_moe": "Qwen3MoeConfig",
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
+    "deepseek_v32": "DeepseekV32Config",
+    "glm4_moe": "Glm4MoeConfig",
+    "kimi_k2": "DeepseekV3Config",  # the checkpoint's auto_map: configuration_deepseek.DeepseekV3Config
     "gpt2": "GPT2Config",
     "gpt_neox": "GPTNeoXConfig",
     "nemotron_h": "NemotronHConfig",

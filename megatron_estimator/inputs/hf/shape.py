@@ -85,3 +85,29 @@ def supply_positions_vocab_rmsnorm(r: ConfigReader, eps_key: str, eps_default: f
     eps = r.number(eps_key, eps_default)
     if eps is not None:
         r.supply("--norm-epsilon", eps, eps_key)
+
+
+def supply_hybrid_pattern(r: ConfigReader, pattern: str, mtp: tuple[str, int] | None, key: str,
+                          mtp_key: str) -> None:
+    """A hybrid layer pattern (and ``mtp``: one MTP depth's pattern, the depth count) in the
+    chosen release's spelling (megatron/training/arguments.py): main reads one
+    --hybrid-layer-pattern with '/' MTP parts; releases before 0.17.0 have only
+    --hybrid-override-pattern, and MTP patterns before main go in --mtp-hybrid-override-pattern
+    with --mtp-num-layers.  Megatron derives --num-layers (and the MTP depth) from the pattern.
+    ``key`` / ``mtp_key`` locate the pattern and the MTP layers in the file."""
+    from megatron_estimator.megatron.flags import flag_table
+    from megatron_estimator.megatron.releases import chosen_release
+
+    table = flag_table()
+    flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in table else "--hybrid-override-pattern"
+    if mtp is None or chosen_release().version == "main":
+        r.supply(flag, pattern if mtp is None else "/".join([pattern] + [mtp[0]] * mtp[1]), key)
+        return
+    r.supply(flag, pattern, key)
+    if "--mtp-hybrid-override-pattern" not in table:
+        r.problem("hf-unsupported-feature", mtp_key,
+                  f"MTP layers in a hybrid model need Megatron 0.17.0 or later (--mtp-hybrid-override-pattern); "
+                  f"the chosen release is {chosen_release().version}")
+        return
+    r.supply("--mtp-hybrid-override-pattern", mtp[0], mtp_key)
+    r.supply("--mtp-num-layers", mtp[1], "num_nextn_predict_layers")
