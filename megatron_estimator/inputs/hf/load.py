@@ -15,7 +15,9 @@ from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
 from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
+from megatron_estimator.inputs.hf.gpt_oss import map_gpt_oss
 from megatron_estimator.inputs.hf.nemotron import map_nemotron_h
+from megatron_estimator.inputs.hf.qwen3_next import map_qwen3_next
 from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
 from megatron_estimator.inputs.hf.result import HfImport, failed_import
 
@@ -25,6 +27,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "deepseek_v3",
     "gpt2",
     "gpt_neox",
+    "gpt_oss",
     "llama",
     "mistral",
     "mixtral",
@@ -33,6 +36,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "qwen2_moe",
     "qwen3",
     "qwen3_moe",
+    "qwen3_next",
 )
 
 
@@ -42,7 +46,9 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
     "deepseek_v3": map_deepseek,
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
+    "gpt_oss": map_gpt_oss,
     "nemotron_h": map_nemotron_h,
+    "qwen3_next": map_qwen3_next,
 }
 
 
