@@ -60,6 +60,8 @@ FIXTURE_PARAMETERS: dict[str, tuple[int, int]] = {
     "qwen3-0.6b.json": (596_049_920, 596_049_920),  # head_dim 128 != 1024 / 16
     "qwen1.5-moe-a2.7b.json": (14_315_784_192, 14_315_784_192),  # gated shared expert
     "pythia-160m": (162_322_944, 162_322_944),  # gpt_neox, directory input
+    # OpenAI's model card: 20.91B (hand itemisation in tests/test_hf_gpt_oss.py); biases, sinks.
+    "gpt-oss-20b.json": (20_914_757_184, 20_914_757_184),
     # 4 layers, h 256, MLA (q_lora 64, kv_lora 32, 4 heads of 16+8 / 16), first layer dense (F 512),
     # then 8 experts of 64 + shared 128, vocab 1000 (padded 1024), untied:
     #   attention 16384+64+6144+10240+32+4096+16384 = 53344; norms 512; dense MLP 393216;
@@ -366,6 +368,9 @@ def test_transformers5_rope_parameters():
 def test_every_supported_model_type_is_exercised():
     types = {load_preset(name).model_type for name in preset_names()}
     types |= {_fixture(name).model_type for name in (*FIXTURE_PARAMETERS, *HYBRID_FIXTURES)}
+    # Pinned in their own files (published sizes, hand itemisations): tests/test_hf_gpt_oss.py,
+    # tests/test_hf_qwen3_next.py.
+    types |= {_fixture(name).model_type for name in ("gpt-oss-20b.json", "qwen3-next-80b-a3b.json")}
     assert types == set(SUPPORTED_MODEL_TYPES)
 
 
@@ -595,6 +600,12 @@ _MEGATRON_ARG_DEFAULTS = {
     "mamba_num_groups": 8, "squared_relu": False, "fp32_residual_connection": False,
     "experimental_attention_variant": None, "dsa_indexer_n_heads": None, "dsa_indexer_head_dim": None,
     "dsa_indexer_topk": None,
+    "softmax_type": "vanilla", "quick_geglu": False, "glu_linear_offset": 0.0,
+    "activation_func_clamp_value": None, "window_attn_skip_freq": None,
+    "yarn_original_max_position_embeddings": None, "yarn_beta_fast": None, "yarn_beta_slow": None,
+    "yarn_correction_range_round_to_int": None, "attention_output_gate": False,
+    "layernorm_zero_centered_gamma": False, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
 }
 # Dests only hybrid models use (HybridModel, not GPTModel; checked elsewhere).
 _HYBRID_ONLY_DESTS = {"hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim",
@@ -606,6 +617,9 @@ _GPT_MODEL_DESTS = {
     "vocab_size", "max_position_embeddings", "untie_embeddings_and_output_weights",
     "position_embedding_type", "rotary_base", "rotary_percent", "use_rope_scaling",
     "rope_scaling_factor", "rotary_seq_len_interpolation_factor",
+    # YaRN's positions (gpt_model.py reads them off the config from 0.19.0; not 0.16.1 fields).
+    "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
+    "yarn_correction_range_round_to_int",
 }
 _MLA_ONLY_DESTS = {
     "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
@@ -671,7 +685,7 @@ def count_with_megatron_core(raw: RawArgs, *, pad_vocab: bool) -> int:
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if args["swiglu"] else 4 * hidden
     moe = args["num_experts"] is not None
     kwargs = {k: v for k, v in args.items() if k not in _GPT_MODEL_DESTS and k not in _HYBRID_ONLY_DESTS}
-    for dest in ("group_query_attention", "swiglu", "num_experts", "rope_type"):
+    for dest in ("group_query_attention", "swiglu", "quick_geglu", "num_experts", "rope_type"):
         del kwargs[dest]
     kwargs.update(
         ffn_hidden_size=ffn,
@@ -686,6 +700,8 @@ def count_with_megatron_core(raw: RawArgs, *, pad_vocab: bool) -> int:
     )
     if args["swiglu"]:
         kwargs.update(activation_func=F.silu, gated_linear_unit=True)
+    if args["quick_geglu"]:     # arguments.py: --quick-geglu is a gated unit (quick_gelu, same shapes)
+        kwargs.update(gated_linear_unit=True)
     if args["multi_latent_attention"]:
         config_class = MLATransformerConfig
         if args["rope_type"] is not None:
@@ -695,6 +711,16 @@ def count_with_megatron_core(raw: RawArgs, *, pad_vocab: bool) -> int:
         for dest in _MLA_ONLY_DESTS:
             del kwargs[dest]
     config = config_class(**kwargs)
+    if args["position_embedding_type"] == "yarn" and not args["multi_latent_attention"]:
+        # GPTModel reads YaRN's settings as dynamic config attributes (Megatron-LM main's
+        # megatron/training/argument_utils.py _apply_yarn_config_from_args, same defaults).
+        for attr, value, default in (
+                ("yarn_rotary_scaling_factor", args["rotary_scaling_factor"], 1.0),
+                ("yarn_original_max_position_embeddings", args["yarn_original_max_position_embeddings"], 4096),
+                ("yarn_beta_fast", args["yarn_beta_fast"], 32.0), ("yarn_beta_slow", args["yarn_beta_slow"], 1.0),
+                ("yarn_mscale", args["mscale"], 1.0), ("yarn_mscale_all_dim", args["mscale_all_dim"], 0.0),
+                ("yarn_correction_range_round_to_int", args["yarn_correction_range_round_to_int"], True)):
+            setattr(config, attr, value if value is not None else default)
     if moe:
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=config.normalization)
     else:

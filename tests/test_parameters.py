@@ -152,3 +152,33 @@ def test_null_tokenizer_counts_its_end_of_document_token():
             assert resolve(base).model.padded_vocab_size == 1024
             assert resolve(base, 2, extra="--tensor-model-parallel-size 2").model.padded_vocab_size == 1024
     assert resolve(TINY_GPT.replace("--vocab-size 1000", "--vocab-size 1024")).model.padded_vocab_size == 1024
+
+
+def test_learnable_softmax_offsets_one_per_head_per_layer():
+    # --softmax-type learnable (gpt-oss's attention sinks): dot_product_attention.py registers
+    # core_attention.softmax_offset of num_attention_heads / tp elements in every layer:
+    # 4 layers x 4 heads = 16 more at TP 1, 4 x 2 per GPU at TP 2.
+    extra = "--softmax-type learnable"
+    assert stage_params(TINY_GPT, extra=extra) == [TINY_GPT_PARAMETERS + 4 * 4]
+    t = 2
+    layer = (2 * H + (H * 3 * H // t + 3 * H // t) + (H // t * H + H) + 2 * H
+             + (H * F // t + F // t) + (F // t * H + H)) + 4 // t
+    assert stage_params(TINY_GPT, 2, "--tensor-model-parallel-size 2 " + extra) == [
+        4 * layer + VOCAB // t * H + POSITIONS + FINAL_NORM]
+    assert estimate(TINY_GPT, extra=extra + " --softmax-type vanilla").total_parameters == TINY_GPT_PARAMETERS
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_learnable_softmax_offsets_equal_a_megatron_core_build(tp):
+    ref = pytest.importorskip("mcore_reference")
+    ok, why = ref.megatron_core_available()
+    if not ok:
+        pytest.skip(f"megatron-core is not installed here: {why}")
+    [stage] = ref.reference_parameter_counts(dict(num_layers=4, hidden_size=H, num_attention_heads=4,
+                                                  ffn_hidden_size=F, padded_vocab_size=VOCAB,
+                                                  max_position_embeddings=32, softmax_type="learnable",
+                                                  tensor_model_parallel_size=tp))
+    offsets = [p for p in stage.tensors if p.name.endswith("core_attention.softmax_offset")]
+    assert len(offsets) == 4 and all(p.numel == 4 // tp for p in offsets)
+    extra = "--softmax-type learnable" + (f" --tensor-model-parallel-size {tp}" if tp > 1 else "")
+    assert stage_params(TINY_GPT, tp, extra) == [stage.total]

@@ -74,6 +74,7 @@ class ModelConfig:
     hidden_dropout: float
     attention_dropout: float
     attention_output_gate: bool               # --attention-output-gate: a gate projection beside Q, K, V
+    softmax_type: str = "vanilla"             # --softmax-type: learnable adds one offset per head
     moe: MoeConfig | None = None
     mla: MlaConfig | None = None
     mtp_num_layers: int = 0
@@ -414,6 +415,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
         hidden_dropout=float(ns["hidden_dropout"]),
         attention_dropout=float(ns["attention_dropout"]),
         attention_output_gate=bool(ns.get("attention_output_gate")),
+        softmax_type=ns.get("softmax_type") or "vanilla",
         moe=moe,
         mla=mla,
         mtp_num_layers=ns.get("mtp_num_layers") or 0,

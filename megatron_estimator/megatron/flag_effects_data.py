@@ -58,10 +58,11 @@ MODELLED = ('account_for_embedding_in_pipeline_split', 'account_for_loss_in_pipe
     'pipeline_model_parallel_size', 'position_embedding_type', 'q_lora_rank', 'qk_head_dim', 'qk_layernorm',
     'qk_pos_emb_head_dim', 'quick_geglu', 'recompute_activations', 'recompute_granularity', 'recompute_method',
     'recompute_modules', 'recompute_num_layers', 'seq_length', 'sequence_parallel', 'sgd_momentum',
-    'squared_relu', 'swiglu', 'tensor_model_parallel_size', 'tokenizer_model', 'tokenizer_type',
-    'tp_comm_overlap', 'transformer_impl', 'untie_embeddings_and_output_weights', 'use_distributed_optimizer',
-    'use_layer_wise_param_layout', 'use_megatron_fsdp', 'use_precision_aware_optimizer',
-    'use_rotary_position_embeddings', 'v_head_dim', 'vocab_file', 'vocab_size', 'wgrad_deferral_limit', )
+    'softmax_type', 'squared_relu', 'swiglu', 'tensor_model_parallel_size', 'tokenizer_model',
+    'tokenizer_type', 'tp_comm_overlap', 'transformer_impl', 'untie_embeddings_and_output_weights',
+    'use_distributed_optimizer', 'use_layer_wise_param_layout', 'use_megatron_fsdp',
+    'use_precision_aware_optimizer', 'use_rotary_position_embeddings', 'v_head_dim', 'vocab_file',
+    'vocab_size', 'wgrad_deferral_limit', )
 NOT_MODELLED = {'moe_latent_size': 'MoE latent projections (their parameters and the latent-width expert activations) are not modelled',
     'tensor_parallel_num_weight_shards': 'generalized tensor parallelism (weights sharded beyond tp and re-gathered per use) is not modelled',
     'pipeline_model_parallel_comm_backend': "the UCC pipeline communicator's buffers are not modelled; NCCL's are assumed",
@@ -83,7 +84,6 @@ NOT_MODELLED = {'moe_latent_size': 'MoE latent projections (their parameters and
     'overlap_p2p_comm_warmup_flush': 'pipeline receive buffers posted early in the warm-up and flush phases are not modelled',
     'mtp_use_repeated_layer': 'one MTP layer reused at every depth holds one layer of parameters, not --mtp-num-layers; the estimate counts every depth',
     'mtp_hsm': "hidden-state mixing across MTP depths keeps the earlier depths' outputs; not modelled",
-    'softmax_type': "the learnable softmax offsets (one per head per layer) and the off-by-one softmax's saved tensors are not modelled",
     'activation_func_clamp_value': 'clamping the fc1 output saves a mask for its backward; not modelled',
     'qk_l2_norm': 'the L2-normalized query and key copies saved for backward are not modelled',
     'experimental_attention_variant': "experimental attention variants in GPT decoders (gated delta net, DeepSeek sparse attention) are not modelled; standard attention is assumed there (in a hybrid pattern, gdn2 selects the G layers' GatedDeltaNet2, which is modelled)",

@@ -7,7 +7,9 @@ from):
 
 - attention: megatron/core/transformer/attention.py ``SelfAttention``: linear_qkv
   ``h -> (a + 2g) d`` column-parallel (bias when add_bias_linear or add_qkv_bias),
-  linear_proj ``a d -> h`` row-parallel (bias h, not split), q/k layernorm of size d;
+  linear_proj ``a d -> h`` row-parallel (bias h, not split), q/k layernorm of size d; with
+  --softmax-type learnable the core attention's ``softmax_offset``, ``a/t`` elements
+  (transformer/dot_product_attention.py);
 - multi-latent attention: megatron/core/transformer/multi_latent_attention.py: q path
   (``linear_q_proj`` or down ``h -> q_lora`` + norm + up ``q_lora -> a (qk + pe)``), kv path
   (down ``h -> kv_lora + pe`` + norm + up ``kv_lora -> a (qk + v)``), out ``a v -> h``; the two
@@ -157,6 +159,10 @@ def attention_tensors(config: EstimatorConfig, prefix: str) -> list[ParamTensor]
     if m.qk_layernorm:
         tensors += _norm(prefix + "self_attention.q_layernorm", d, norm)
         tensors += _norm(prefix + "self_attention.k_layernorm", d, norm)
+    if m.softmax_type == "learnable":
+        # dot_product_attention.py (and TEDotProductAttention): softmax_offset, one learnable
+        # logit per attention head of this TP rank (gpt-oss's attention sinks).
+        tensors.append(ParamTensor(prefix + "self_attention.core_attention.softmax_offset", a // t, kind="bias"))
     tensors += _linear(prefix + "self_attention.linear_proj", a * d // t, h, m.add_bias_linear)
     return tensors
 

@@ -30,7 +30,8 @@ mapper), ``reader`` (one config's keys: values checked, locations, problems and 
 ``result`` (``HfImport``, ``MappedFlag``, the flags an import may supply and how they are
 written), ``shape`` and ``rope`` (mapping steps shared by architectures), and one module per
 architecture family: ``decoder`` (LLaMA, Mistral, Mixtral, Qwen2/3 and their MoE variants),
-``deepseek`` (DeepSeek-V2/V3/V3.2, Kimi-K2), ``glm`` (GLM-4.5) and ``gpt`` (GPT-2, GPT-NeoX).
+``deepseek`` (DeepSeek-V2/V3/V3.2, Kimi-K2), ``glm`` (GLM-4.5), ``gpt`` (GPT-2, GPT-NeoX),
+``gpt_oss`` (gpt-oss), ``nemotron`` (Nemotron-H) and ``qwen3_next`` (Qwen3-Next).
 """
 
 from megatron_estimator.inputs.hf.load import SUPPORTED_MODEL_TYPES, load_hf_config, parse_hf_config

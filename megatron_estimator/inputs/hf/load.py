@@ -17,7 +17,9 @@ from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
 from megatron_estimator.inputs.hf.glm import map_glm4_moe
 from megatron_estimator.inputs.hf.gpt import map_gpt2, map_gpt_neox
+from megatron_estimator.inputs.hf.gpt_oss import map_gpt_oss
 from megatron_estimator.inputs.hf.nemotron import map_nemotron_h
+from megatron_estimator.inputs.hf.qwen3_next import map_qwen3_next
 from megatron_estimator.inputs.hf.reader import ConfigReader, key_lines, pairs_hook, show_value
 from megatron_estimator.inputs.hf.result import HfImport, failed_import
 from megatron_estimator.inputs.hf.source import read_hf_source
@@ -30,6 +32,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "glm4_moe",
     "gpt2",
     "gpt_neox",
+    "gpt_oss",
     "kimi_k2",
     "llama",
     "mistral",
@@ -39,6 +42,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "qwen2_moe",
     "qwen3",
     "qwen3_moe",
+    "qwen3_next",
 )
 
 
@@ -50,8 +54,10 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
     "glm4_moe": map_glm4_moe,
     "gpt2": map_gpt2,
     "gpt_neox": map_gpt_neox,
+    "gpt_oss": map_gpt_oss,
     "kimi_k2": map_deepseek,
     "nemotron_h": map_nemotron_h,
+    "qwen3_next": map_qwen3_next,
 }
 
 

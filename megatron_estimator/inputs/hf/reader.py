@@ -55,6 +55,8 @@ CONFIG_CLASS = {
     "gpt2": "GPT2Config",
     "gpt_neox": "GPTNeoXConfig",
     "nemotron_h": "NemotronHConfig",
+    "gpt_oss": "GptOssConfig",
+    "qwen3_next": "Qwen3NextConfig",
 }
 
 

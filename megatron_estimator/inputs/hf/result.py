@@ -77,6 +77,23 @@ SUPPLIED_FLAGS: dict[str, tuple[str, str]] = {
     "--mamba-num-groups": ("mamba_num_groups", "value"),
     "--squared-relu": ("squared_relu", "switch"),
     "--fp32-residual-connection": ("fp32_residual_connection", "switch"),
+    # gpt-oss and Qwen3-Next (gpt_oss.py, qwen3_next.py)
+    "--softmax-type": ("softmax_type", "value"),
+    "--quick-geglu": ("quick_geglu", "switch"),
+    "--glu-linear-offset": ("glu_linear_offset", "value"),
+    "--activation-func-clamp-value": ("activation_func_clamp_value", "value"),
+    "--window-attn-skip-freq": ("window_attn_skip_freq", "value"),
+    "--yarn-original-max-position-embeddings": ("yarn_original_max_position_embeddings", "value"),
+    "--yarn-beta-fast": ("yarn_beta_fast", "value"),
+    "--yarn-beta-slow": ("yarn_beta_slow", "value"),
+    "--no-yarn-correction-range-round-to-int": ("yarn_correction_range_round_to_int", "off"),
+    "--attention-output-gate": ("attention_output_gate", "switch"),
+    "--apply-layernorm-1p": ("layernorm_zero_centered_gamma", "switch"),
+    "--linear-num-key-heads": ("linear_num_key_heads", "value"),
+    "--linear-num-value-heads": ("linear_num_value_heads", "value"),
+    "--linear-key-head-dim": ("linear_key_head_dim", "value"),
+    "--linear-value-head-dim": ("linear_value_head_dim", "value"),
+    "--linear-conv-kernel-dim": ("linear_conv_kernel_dim", "value"),
 }
 
 
