@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
@@ -162,45 +163,28 @@ def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Seque
     otherwise.  ``seed_style`` (an estimate with no Megatron flags after ``--``): the seed's
     defaults fill what nothing gives, and the input's world size is the seed's 8 GPUs when it
     gives none (inputs/seed_options.py)."""
-    from megatron_estimator.inputs import seed_options
+    from megatron_estimator.inputs.seed_options import conflicts, read_options, with_seed_defaults
 
     problems = tuple(problems)
     if problems and not inp.raw.settings:
         return inp, problems        # the input could not be read: its own problems are the answer
-    raw, option_problems = seed_options.read_options(options)
+    raw, option_problems = read_options(options)
     problems += option_problems
     if flags and raw.settings:
         given, _ = input_from_flags(list(flags), environ=environ)
-        problems += seed_options.conflicts(raw, given.raw)
+        problems += conflicts(raw, given.raw)
     merged = replace(inp.raw.merged(raw), source=inp.raw.source) if raw.settings else inp.raw
     defaults: tuple[str, ...] = ()
     if seed_style:
-        merged, defaults = seed_options.with_seed_defaults(merged)
+        merged, defaults = with_seed_defaults(merged)
         if inp.world_size is None:
-            inp = replace(inp, world_size=seed_options.SEED_WORLD_SIZE,
-                          world_size_source=seed_options.SEED_WORLD_SOURCE)
+            inp = replace(inp, world_size=SEED_WORLD_SIZE, world_size_source=SEED_WORLD_SOURCE)
     return replace(inp, raw=merged, defaults=inp.defaults + defaults), problems
-
-
-def seed_options() -> tuple[tuple[str, str, str], ...]:
-    """The seed tool's options ``with_options`` takes: ``(option, Megatron flag, kind)``, kind
-    ``value`` (one value), ``list`` (one comma-separated value) or ``switch`` (no value)
-    (``megatron.short_options``)."""
-    from megatron_estimator.megatron.short_options import ALIASES, COMMA_LISTS, SWITCHES
-
-    return (tuple((option, flag, "list" if option in COMMA_LISTS else "value") for option, flag in ALIASES.items())
-            + tuple((option, flag, "switch") for option, (flag, _) in SWITCHES.items()))
 
 
 def _default_words(inp: TrainingInput, world_size_source: str | None) -> tuple[str, ...]:
     """The seed-style defaults ``inp`` took, the world size among them when it is the one used."""
-    if not inp.defaults and inp.world_size_source is None:
-        return inp.defaults
-    from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE
-
-    if world_size_source == SEED_WORLD_SOURCE:
-        return inp.defaults + (f"{SEED_WORLD_SIZE} GPUs",)
-    return inp.defaults
+    return inp.defaults + ((f"{SEED_WORLD_SIZE} GPUs",) if world_size_source == SEED_WORLD_SOURCE else ())
 
 
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,

@@ -32,6 +32,13 @@ SEED_WORLD_SIZE = 8
 SEED_WORLD_SOURCE = f"the seed-style default --num-gpus {SEED_WORLD_SIZE}"
 
 
+def option_table() -> tuple[tuple[str, str, str], ...]:
+    """The options ``read_options`` takes: ``(option, Megatron flag, kind)``, kind ``value``
+    (one value), ``list`` (one comma-separated value) or ``switch`` (no value)."""
+    return (tuple((option, flag, "list" if option in COMMA_LISTS else "value") for option, flag in ALIASES.items())
+            + tuple((option, flag, "switch") for option, (flag, _) in SWITCHES.items()))
+
+
 def option_location(option: str) -> str:
     """Where a problem with a seed option's value is named: ``command line --tp``."""
     return f"{SOURCE} {option}"
