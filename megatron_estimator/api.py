@@ -27,12 +27,14 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
            "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
            "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
-           "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes"]
+           "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes", "with_options",
+           "seed_options"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class TrainingInput:
     launch_location: str | None = None  # file:line of a script's launch, where its environment applies
     entry: Any = None                   # inputs.entry_script.EntryScript: the launch's entry script, if any
     entry_dirs: tuple[str, ...] = ()    # where a relative entry script is looked for (a launch's)
+    # The seed-style defaults this input took, in words (inputs/seed_options.py; with_options).
+    defaults: tuple[str, ...] = ()
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
@@ -150,6 +154,39 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     source = label if not flags else f"{label} + command line"
     return (TrainingInput(raw, source=source, notes=tuple(notes) + flag_input.notes),
             tuple(imported.problems) + tuple(flag_problems))
+
+
+def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Sequence[tuple[str, Any]], *,
+                 flags: Sequence[str] = (), seed_style: bool = False, environ: Mapping[str, str] | None = None
+                 ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """The seed tool's options (``(option, value)`` pairs such as ``("--tp", "2")``, a switch's
+    value True) laid over ``inp`` as Megatron flags after ``--`` are, each located as its option;
+    a ``conflicting-options`` problem for each that one of the Megatron flags ``flags`` sets
+    otherwise.  ``seed_style`` (an estimate with no Megatron flags after ``--``): the seed's
+    defaults fill what nothing gives, and the input's world size is the seed's 8 GPUs when it
+    gives none (inputs/seed_options.py)."""
+    from megatron_estimator.inputs.seed_options import conflicts, read_options, with_seed_defaults
+
+    problems = tuple(problems)
+    if problems and not inp.raw.settings:
+        return inp, problems        # the input could not be read: its own problems are the answer
+    raw, option_problems = read_options(options)
+    problems += option_problems
+    if flags and raw.settings:
+        given, _ = input_from_flags(list(flags), environ=environ)
+        problems += conflicts(raw, given.raw)
+    merged = replace(inp.raw.merged(raw), source=inp.raw.source) if raw.settings else inp.raw
+    defaults: tuple[str, ...] = ()
+    if seed_style:
+        merged, defaults = with_seed_defaults(merged)
+        if inp.world_size is None:
+            inp = replace(inp, world_size=SEED_WORLD_SIZE, world_size_source=SEED_WORLD_SOURCE)
+    return replace(inp, raw=merged, defaults=inp.defaults + defaults), problems
+
+
+def _default_words(inp: TrainingInput, world_size_source: str | None) -> tuple[str, ...]:
+    """The seed-style defaults ``inp`` took, the world size among them when it is the one used."""
+    return inp.defaults + ((f"{SEED_WORLD_SIZE} GPUs",) if world_size_source == SEED_WORLD_SOURCE else ())
 
 
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
@@ -274,15 +311,23 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     from megatron_estimator.report.assumptions import state_all
 
     family = model_family(inp.raw, inp.entry)
+    # The seed-style defaults taken: an assumption of the estimate, a notice of a refusal.
+    defaults = _default_words(inp, world_size_source if world_size is not None else inp.world_size_source)
+    said: tuple[Assumption, ...] = ()
+    if defaults:
+        from megatron_estimator.report.assumptions import seed_defaults
+
+        said = (seed_defaults(defaults),)
+    notices = tuple(a.text for a in said) + inp.notes
     if problems and not inp.raw.settings:
         if inp.entry is None:
-            return Verdict(inp.source, problems=tuple(problems), notes=inp.notes)
+            return Verdict(inp.source, problems=tuple(problems), notes=notices)
         # A launch of a family the estimator does not model is refused as such, whatever else.
         from megatron_estimator.config.family import unsupported_model
 
         refusal = unsupported_model(family)
         return Verdict(inp.source, problems=tuple(problems) + ((refusal,) if refusal else ()), family=family,
-                       notes=inp.notes)
+                       notes=notices)
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
@@ -304,16 +349,16 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         # An unsupported model family is said first: the rest is only what its command line holds.
         refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
         return Verdict(inp.source, problems=refusals + tuple(problems) + tuple(p for p in found if p not in refusals),
-                       family=family, notes=inp.notes)
+                       family=family, notes=notices)
     if problems:
         # The input had problems of its own (an unknown flag, a bad value): report them, with
         # whatever validation found in the rest, instead of an estimate of something else.
-        return Verdict(inp.source, problems=tuple(problems), family=family, notes=inp.notes)
+        return Verdict(inp.source, problems=tuple(problems), family=family, notes=notices)
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
-    result = replace(result, assumptions=state_all(result.assumed))
+    result = replace(result, assumptions=said + state_all(result.assumed))
     if suggest and result.fits is False:
         return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))

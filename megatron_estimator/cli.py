@@ -99,6 +99,56 @@ def _model_source(parser: argparse.ArgumentParser) -> None:
                         help="a named model: " + ", ".join(_preset_names()))
 
 
+# -- the seed tool's options (megatron-memory-estimator's estimate_from_hf.py) on estimate and check
+
+
+def _seed_options(parser: argparse.ArgumentParser) -> None:
+    """The seed tool's options: short names of Megatron flags (api.seed_options), --num-gpus
+    (= --world-size) and --json (= --format json)."""
+    from megatron_estimator.api import seed_options
+
+    group = parser.add_argument_group(
+        "seed-style options (megatron-memory-estimator's names; each sets its Megatron flag, overriding the "
+        "input's settings as a flag after '--' does; without flags after '--', an estimate takes the seed's "
+        "defaults: micro batch 1, sequence 4096, bf16, distributed optimizer, 8 GPUs)")
+    for option, flag, kind in seed_options():
+        dest = _seed_dest(option)
+        if kind == "switch":
+            group.add_argument(option, dest=dest, action="store_true", default=None,
+                               help=f"{flag} off (the seed's default is on)")
+            continue
+        said = f"Megatron's {flag}" if flag != option else "as Megatron's flag"
+        if kind == "list":
+            group.add_argument(option, dest=dest, metavar="A,B,...", help=f"{said}, comma-separated")
+        else:
+            group.add_argument(option, dest=dest, metavar="N" if flag.endswith(("size", "layers", "rank", "length"))
+                               else "VALUE", help=said)
+    group.add_argument("--num-gpus", type=int, metavar="N", help="the world size (= --world-size)")
+    group.add_argument("--json", action="store_true", default=None, help="the report as JSON (= --format json)")
+
+
+def _seed_dest(option: str) -> str:
+    return "seed_" + option[2:].replace("-", "_")
+
+
+def _seed_values(ns: argparse.Namespace) -> list[tuple[str, object]]:
+    """The seed options given, as ``(option, value)`` for ``api.with_options``; --num-gpus and
+    --json set --world-size and --format (UsageError when both are given, differently)."""
+    from megatron_estimator.api import seed_options
+
+    ns.world_size_source = None
+    if ns.num_gpus is not None:
+        if ns.world_size is not None and ns.world_size != ns.num_gpus:
+            raise UsageError(f"--num-gpus {ns.num_gpus} and --world-size {ns.world_size} disagree; give one of them")
+        ns.world_size, ns.world_size_source = ns.num_gpus, "--num-gpus"
+    if ns.json:
+        if ns.format not in (None, "json"):
+            raise UsageError(f"--json and --format {ns.format} disagree; give one of them")
+        ns.format = "json"
+    return [(option, value) for option, _, _ in seed_options()
+            if (value := getattr(ns, _seed_dest(option))) is not None]
+
+
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
@@ -113,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                        allow_abbrev=False)
     _common(p)
     _model_source(p)
+    _seed_options(p)
     p.add_argument("megatron_args", nargs=argparse.REMAINDER, metavar="-- MEGATRON_FLAGS")
 
     p = sub.add_parser("run", help="check a launch command, then run it unchanged if it fits",
@@ -132,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the exit code is the worst verdict.",
                        allow_abbrev=False)
     _common(p)
+    _seed_options(p)
     p.add_argument("--skip-unknown", action="store_true",
                    help="pass over files that are not training inputs instead of calling them invalid "
                         "(for pre-commit and globs): YAML or JSON in none of the formats above, and "
@@ -258,8 +310,9 @@ def _with_settings_problems(verdict, problems):
 
 
 def cmd_estimate(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_flags, input_from_model, world_size_for
+    from megatron_estimator.api import evaluate, input_from_flags, input_from_model, with_options, world_size_for
 
+    options = _seed_values(ns)
     settings, settings_problems = _options(ns, environ)
     args = _strip_separator(ns.megatron_args)
     if ns.hf_config or ns.model:
@@ -269,7 +322,9 @@ def cmd_estimate(ns, environ) -> int:
                          "or --model / --hf-config")
     else:
         inp, problems = input_from_flags(args, environ=environ)
-    world, world_source, world_problems = world_size_for(inp, ns.world_size, environ=environ)
+    # Asked in the seed's style (no Megatron flags after '--'): the seed's defaults.
+    inp, problems = with_options(inp, problems, options, flags=args, seed_style=not args, environ=environ)
+    world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source, environ=environ)
     problems = tuple(problems) + world_problems
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, suggest=True, **_estimate_options(settings))
@@ -338,8 +393,9 @@ def cmd_check(ns, environ) -> int:
     from dataclasses import replace
 
     from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
-                                        launched_tree_release, not_a_training_input, world_size_for)
+                                        launched_tree_release, not_a_training_input, with_options, world_size_for)
 
+    options = _seed_values(ns)
     settings, settings_problems = _options(ns, environ)
     fmt = settings.format
     # Bad settings are reported first, and the files are still checked (with each bad setting's
@@ -356,10 +412,13 @@ def cmd_check(ns, environ) -> int:
                                                  accept_flags=settings.accept_flags)
             if getattr(ns, "megatron_flags", None):
                 inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
+            if options:
+                inp, file_problems = with_options(inp, file_problems, options, flags=ns.megatron_flags or (),
+                                                  environ=environ)
             return inp, file_problems
 
         def check(inp, file_problems):
-            world, world_source, _ = world_size_for(inp, ns.world_size)
+            world, world_source, _ = world_size_for(inp, ns.world_size, ns.world_size_source)
             return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                             problems=file_problems, suggest=True, **_estimate_options(settings))
 

@@ -344,15 +344,20 @@ def closest_flags(option: str, n: int = 3, extra: Sequence[str] = ()) -> list[st
     """Up to ``n`` known option strings closest to ``option`` (a misspelling), best first;
     ``extra``: more known option strings (an entry script's own flags).
 
-    ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first; otherwise difflib's
-    similarity ratio, at least 0.6, decides.
+    ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first, a short name other tools
+    use finds its flag alone (``--tp``: ``--tensor-model-parallel-size``, ``short_options``);
+    otherwise difflib's similarity ratio, at least 0.6, decides.
     """
     from megatron_estimator.core.hints import close_matches
+    from megatron_estimator.megatron.short_options import megatron_flag_for
 
     table = flag_table()
     name = option.split("=", 1)[0]
     normalized = "--" + name.lstrip("-").replace("_", "-")
     found: list[str] = []
+    long_form = megatron_flag_for(normalized)
+    if long_form is not None and long_form in table:
+        return [long_form]          # a short name means one flag: no near spellings beside it
     for candidate in (name, normalized):
         if (candidate in table or candidate in extra) and candidate not in found:
             found.append(candidate)

@@ -175,6 +175,11 @@ SENTENCES: dict[str, Callable[[Assumed], str]] = {
 }
 
 
+def seed_defaults(words: Iterable[str]) -> Assumption:
+    """The seed-style defaults an estimate took (api.with_options): ``micro batch 1, ...``."""
+    return Assumption("seed_defaults", "seed-style defaults (no Megatron flags after '--'): " + ", ".join(words))
+
+
 def state(a: Assumed) -> Assumption:
     """One assumption as the report states it."""
     return Assumption(KEYS.get(a.code, a.code), SENTENCES[a.code](a), a.value)
