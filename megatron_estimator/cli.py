@@ -58,6 +58,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu", metavar="NAME",
                        help="take the budget from a known GPU (h100, a100-80gb, h200, b200, mi300x, ...)")
     group.add_argument("--format", choices=("text", "json", "markdown"), help="report format (default text)")
+    group.add_argument("--verbose", action="store_true",
+                       help="add each stage's modules (embedding, each layer kind, final norm, MTP, output layer) "
+                            "with their parameters, weights, gradients, optimizer states and activations")
     group.add_argument("--world-size", type=int, metavar="N",
                        help="world size; overrides the launcher, WORLD_SIZE and config files")
     group.add_argument("--megatron-version", metavar="X.Y[.Z]",
@@ -282,10 +285,10 @@ def _estimate_options(settings) -> dict:
     }
 
 
-def _render(verdicts, fmt: str) -> str:
+def _render(verdicts, fmt: str, verbose: bool = False) -> str:
     from megatron_estimator.report.text import RENDERERS
 
-    return RENDERERS[fmt](verdicts)
+    return RENDERERS[fmt](verdicts, verbose=verbose)
 
 
 def _settings(ns: argparse.Namespace, environ, stream):
@@ -329,7 +332,7 @@ def cmd_estimate(ns, environ) -> int:
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, suggest=True, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
-    _emit(_render([verdict], settings.format), sys.stdout)
+    _emit(_render([verdict], settings.format, ns.verbose), sys.stdout)
     return verdict.exit_code
 
 
@@ -367,7 +370,7 @@ def cmd_run(ns, environ) -> int:
     verdict = replace(_with_settings_problems(verdict, settings_problems), stack=stack)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
-    _emit(_render([verdict], settings.format), sys.stderr)
+    _emit(_render([verdict], settings.format, ns.verbose), sys.stderr)
     if settings.warn_only and command.script is not None:
         sys.stderr.write("megatron-estimator: --warn-only: launching anyway\n")
         sys.stderr.flush()
@@ -446,7 +449,7 @@ def cmd_check(ns, environ) -> int:
         if tree.warning:
             sys.stderr.write(f"megatron-estimator: warning: {path}: {tree.warning}\n")
     if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
-        _emit(_render(verdicts, fmt), sys.stdout)
+        _emit(_render(verdicts, fmt, ns.verbose), sys.stdout)
     unchecked = [v.source for v in verdicts if v.estimate is not None and v.estimate.budget_bytes is None]
     if unchecked:
         # A gate without a budget is never silently green (the pre-commit hook runs check).

@@ -58,6 +58,36 @@ class DeviceOverhead:
 
 
 @dataclass(frozen=True)
+class ModuleBytes:
+    """One module of a pipeline stage's model chunk (model/breakdown.py): what one GPU holds
+    for it.  ``module``: embedding | layers | final_norm | mtp | output_layer, or padding (the
+    distributed optimizer's buffer padding and the integer rounding of sharded figures, so
+    that a stage's modules add up to its totals); ``kind``: a decoder layer kind (``dense``,
+    ``moe``, a hybrid pattern symbol, ``D:shared-top-k``), None otherwise; ``count``: the
+    chunk's layers of that kind (MTP depths for ``mtp``); bytes as ``MemoryBytes`` (the
+    activations: held at the stage's peak, every microbatch in flight); ``chunk`` the virtual
+    stage (None for the padding row, which is the stage's)."""
+    chunk: int | None
+    module: str
+    kind: str | None
+    count: int
+    parameters: int
+    weights: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer_states + self.activations
+
+    def to_json(self) -> dict:
+        return {"chunk": self.chunk, "module": self.module, "kind": self.kind, "count": self.count,
+                "parameters": self.parameters, "weights": self.weights, "gradients": self.gradients,
+                "optimizer_states": self.optimizer_states, "activations": self.activations}
+
+
+@dataclass(frozen=True)
 class StageEstimate:
     pipeline_rank: int
     layer_indices: tuple[int, ...]
@@ -72,6 +102,9 @@ class StageEstimate:
     # A hybrid stage's layer symbols per model chunk ("M*M-", "M-|*E" with virtual stages) and
     # its MTP layers' ("/MM" per depth); None for a GPT decoder.
     layer_kinds: str | None = None
+    # The stage's modules per model chunk (model/breakdown.py stage_modules): they add up to
+    # ``parameters`` and to ``bytes`` but its ``other``.
+    modules: tuple[ModuleBytes, ...] = ()
 
     @property
     def layers(self) -> int:
@@ -114,6 +147,7 @@ class StageEstimate:
             "imbalanced_device_peak_bytes": self.imbalanced_peak_bytes,
             "details": dict(self.details),
             **({"layer_kinds": self.layer_kinds} if self.layer_kinds is not None else {}),
+            **({"modules": [m.to_json() for m in self.modules]} if self.modules else {}),
         }
 
 

@@ -71,32 +71,54 @@ def _kind_activations(config: EstimatorConfig, kind, imbalance: float = 0.0) -> 
 @lru_cache(maxsize=4096)
 def _chunk_activations(config: EstimatorConfig, runs: tuple, pre_process: bool, post_process: bool,
                        mtp_layers: int, imbalance: float) -> ChunkActivations:
-    """``chunk_activation_bytes`` of a chunk with these runs of layer kinds (``layer_runs``)."""
+    """``chunk_activation_bytes`` of a chunk with these runs of layer kinds (``layer_runs``):
+    the sum of its ``chunk_activation_parts``."""
+    parts, recompute_peak = chunk_activation_parts(config, runs, pre_process, post_process, mtp_layers, imbalance)
+    return ChunkActivations(sum(n for _, n in parts), recompute_peak)
+
+
+@lru_cache(maxsize=4096)
+def chunk_activation_parts(config: EstimatorConfig, runs: tuple, pre_process: bool, post_process: bool,
+                           mtp_layers: int, imbalance: float = 0.0) -> tuple[tuple, int]:
+    """(what one microbatch keeps in the chunk by module, the largest recompute group
+    re-materialized).  The modules: ``("embedding", None)``, ``("layers", kind)`` per decoder
+    layer kind (a recompute group's kept input counts to its first layer's kind), ``("mtp",
+    None)`` and ``("output_layer", None)`` (the final norm, output layer and loss)."""
     tr = config.training
     by_kind = {kind: _kind_activations(config, kind, imbalance) for kind, _ in runs}
+    layers: dict = {}
     if tr.recompute_granularity != "full" and not tr.cpu_offloading_num_layers:
-        kept, groups, kinds = sum(n * by_kind[kind] for kind, n in runs), [], ()
+        for kind, n in runs:
+            layers[kind] = layers.get(kind, 0) + n * by_kind[kind]
+        groups, kinds = [], ()
     else:
         # Recompute groups and offloaded layers by position in the chunk.
         kinds = tuple(kind for kind, n in runs for _ in range(n))
+        layers = {kind: 0 for kind in kinds}
         positions = tuple(range(len(kinds)))
         groups, whole = recompute_groups(config, positions)
         # --cpu-offloading-num-layers N: the first N layers' activations go to the host after
         # their forward (megatron/core/transformer/transformer_block.py
         # get_cpu_offload_context); the layer in transit is a transient.
         offloaded = set(positions[:tr.cpu_offloading_num_layers])
-        kept = sum(by_kind[kinds[i]] for i in whole if i not in offloaded)
-    kept += len(groups) * act.layer_input_bytes(config)
+        for i in whole:
+            if i not in offloaded:
+                layers[kinds[i]] += by_kind[kinds[i]]
+        for group in groups:
+            layers[kinds[group[0]]] += act.layer_input_bytes(config)
     recompute_peak = 0
     for group in groups:
         rematerialized = sum(by_kind[kinds[i]] for i in group)
         recompute_peak = max(recompute_peak, rematerialized)
+    parts = []
     if pre_process:
-        kept += act.embedding_activations(config)
+        parts.append((("embedding", None), act.embedding_activations(config)))
+    parts += [(("layers", kind), n) for kind, n in layers.items()]
+    if mtp_layers:
+        parts.append((("mtp", None), mtp_layers * act.mtp_layer_activations(config)))
     if post_process:
-        kept += act.loss_activations(config)[0]
-    kept += mtp_layers * act.mtp_layer_activations(config)
-    return ChunkActivations(kept, recompute_peak)
+        parts.append((("output_layer", None), act.loss_activations(config)[0]))
+    return tuple(parts), recompute_peak
 
 
 def _layer_backward_working_set(config: EstimatorConfig, layers: tuple[int, ...]) -> int:

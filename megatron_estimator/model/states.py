@@ -186,11 +186,12 @@ def model_states(config: EstimatorConfig, chunks_tensors: list[list[ParamTensor]
     return model_states_of_blocks(config, [(RecordBlock(tuple(tensors)),) for tensors in chunks_tensors])
 
 
-def model_states_of_blocks(config: EstimatorConfig, chunks_blocks) -> ModelStates:
+def model_states_of_blocks(config: EstimatorConfig, chunks_blocks, padded: bool = True) -> ModelStates:
     """``model_states`` of chunks given as ``RecordBlock`` runs (model/parameters.py
     ``chunk_blocks``): sums weigh each record by its block's repeats, the buffer layout walks
     each run as that many repeats (``_blocks_numel``): the same integers as the records
-    written out one per tensor, per layer."""
+    written out one per tensor, per layer.  ``padded`` False: the buffers without the
+    distributed optimizer's padding (a part of a stage's records: model/breakdown.py)."""
     prec, opt = config.precision, config.optimizer
     p = config.parallel
     param_bytes = DTYPE_BYTES[prec.params_dtype]
@@ -244,7 +245,7 @@ def model_states_of_blocks(config: EstimatorConfig, chunks_blocks) -> ModelState
             numel = sum(by_kind.values())
             shard = expert_shard if expert else dense_shard
             buffer = _blocks_numel([(records, repeats) for records, repeats, _ in group], bucket_size, shard,
-                                   distributed, shared_embedding and not expert)
+                                   distributed and padded, shared_embedding and not expert)
             padding += buffer - numel
             fp8_numel = by_kind.get("linear", 0) if prec.fp8 else 0
             group_param_bytes = buffer * param_bytes

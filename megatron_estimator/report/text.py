@@ -55,17 +55,55 @@ def _stage_row(stage: StageEstimate, peak_rank: int) -> list[str]:
     ]
 
 
-def _table(rows: list[list[str]], header: Sequence[str]) -> list[str]:
+def _table(rows: list[list[str]], header: Sequence[str], left: int = 2) -> list[str]:
     widths = [max(len(str(r[i])) for r in [list(header)] + rows) for i in range(len(header))]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
     for row in rows:
-        lines.append("  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        lines.append("  ".join(str(c).rjust(w) if i >= left else str(c).ljust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))))
     return lines
 
 
-def render_text(verdicts: Sequence[Verdict]) -> str:
-    blocks = [_text_block(v) for v in verdicts]
+def render_text(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
+    blocks = [_text_block(v, verbose) for v in verdicts]
     return "\n\n".join(blocks) + "\n"
+
+
+# A stage's modules (results ModuleBytes) as the breakdown names them.
+MODULE_NAMES = {"embedding": "embedding", "final_norm": "final norm", "mtp": "MTP layers",
+                "output_layer": "output layer, loss", "padding": "buffer padding, rounding"}
+LAYER_NAMES = {"dense": "decoder layer", "moe": "MoE layer", "M": "Mamba layer (M)", "*": "attention layer (*)",
+               "+": "MLA layer (+)", "-": "MLP layer (-)", "E": "MoE layer (E)", "G": "gated delta net layer (G)",
+               "D": "DSA layer (D)", "D:shared-top-k": "DSA layer, shared top-k (D)"}
+MODULE_COLUMNS = ("stage", "chunk", "module", "layers", "params", "weights", "grads", "optim", "activ")
+MODULES_NOTE = ("MiB per GPU (after TP / EP sharding); activ: held at the stage's peak, every microbatch in flight; "
+                "the total rows are the stage table's")
+
+
+def mib(n: int) -> str:
+    return f"{n / 1048576:.2f}"
+
+
+def module_name(m) -> str:
+    return LAYER_NAMES.get(m.kind, f"layer {m.kind}") if m.module == "layers" else MODULE_NAMES.get(m.module, m.module)
+
+
+def module_rows(e: Estimate) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The ``--verbose`` breakdown (header, rows): each stage's modules (per virtual stage: the
+    chunk column, with virtual stages only), then its totals."""
+    rows = []
+    vpp = any(len(s.microbatches_in_flight) > 1 for s in e.stages)
+    for s in e.stages:
+        for m in s.modules:
+            rows.append([str(s.pipeline_rank), "-" if m.chunk is None else str(m.chunk), module_name(m),
+                         str(m.count) if m.module in ("layers", "mtp") else "", f"{m.parameters:,}",
+                         mib(m.weights), mib(m.gradients), mib(m.optimizer_states), mib(m.activations)])
+        b = s.bytes
+        rows.append([str(s.pipeline_rank), "", "total", str(s.layers), f"{s.parameters:,}", mib(b.weights),
+                     mib(b.gradients), mib(b.optimizer_states), mib(b.activations)])
+    if vpp:
+        return MODULE_COLUMNS, rows
+    return MODULE_COLUMNS[:1] + MODULE_COLUMNS[2:], [row[:1] + row[2:] for row in rows]
 
 
 def model_lines(m) -> list[tuple[str, str]]:
@@ -107,7 +145,7 @@ def _megatron_json(verdict: Verdict) -> dict:
     return (verdict.megatron or chosen_release()).as_json()
 
 
-def _text_block(verdict: Verdict) -> str:
+def _text_block(verdict: Verdict, verbose: bool = False) -> str:
     lines = [f"{verdict.source}:"]
     if verdict.estimate is None:
         if verdict.family is not None and verdict.family.name != "gpt":
@@ -147,6 +185,12 @@ def _text_block(verdict: Verdict) -> str:
     if any(s.imbalanced_peak_bytes for s in e.stages):
         worst = max(s.imbalanced_peak_bytes or 0 for s in e.stages)
         lines.append(f"  with the routing imbalance margin the peak is {gib(worst)} GiB")
+    if verbose:
+        lines.append("")
+        lines.append("  modules per stage:")
+        header, rows = module_rows(e)
+        lines += ["  " + line for line in _table(rows, header, left=len(header) - 6)]
+        lines.append("  " + MODULES_NOTE)
     lines.append("")
     lines.append("  assumptions:")
     for a in e.assumptions:
@@ -224,7 +268,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
     return doc
 
 
-def render_json(verdicts: Sequence[Verdict]) -> str:
+def render_json(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
     import json
 
     if len(verdicts) == 1:
@@ -232,7 +276,7 @@ def render_json(verdicts: Sequence[Verdict]) -> str:
     return json.dumps({"results": [verdict_to_json(v) for v in verdicts]}, indent=2) + "\n"
 
 
-def render_markdown(verdicts: Sequence[Verdict]) -> str:
+def render_markdown(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
     out = []
     for v in verdicts:
         out.append(f"### {v.source}: {v.status.replace('_', ' ')}")
@@ -264,6 +308,14 @@ def render_markdown(verdicts: Sequence[Verdict]) -> str:
         out.append("")
         out.append("GiB per GPU; the peak stage is in bold.")
         out.append("")
+        if verbose:
+            header, rows = module_rows(e)
+            out.append("| " + " | ".join(header) + " |")
+            out.append("|" + "---|" * len(header))
+            out += ["| " + " | ".join(row) + " |" for row in rows]
+            out.append("")
+            out.append(MODULES_NOTE + ".")
+            out.append("")
         out.append("Assumptions:")
         for a in e.assumptions:
             out.append(f"- {a.text}")

@@ -13,10 +13,11 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 # The memory model's records of bytes (model/records.py), part of the results' contract.
-from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, ModelShape, StageEstimate
+from megatron_estimator.model.records import (Assumed, DeviceOverhead, MemoryBytes, ModelShape, ModuleBytes,
+                                              StageEstimate)
 
-__all__ = ["Assumed", "Assumption", "DeviceOverhead", "MemoryBytes", "ModelShape", "StageEstimate", "Estimate", "Verdict",
-           "build_estimate"]
+__all__ = ["Assumed", "Assumption", "DeviceOverhead", "MemoryBytes", "ModelShape", "ModuleBytes", "StageEstimate",
+           "Estimate", "Verdict", "build_estimate"]
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,13 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
                    overheads=None, environ: Mapping[str, str] | None = None) -> Estimate:
     """The whole estimate of a validated configuration (``config.typed.EstimatorConfig``):
     every pipeline stage through the one stage function (``model.stage.estimate_stage``), the
-    facts assumed, the model summary and the parameter count, against ``budget``."""
+    facts assumed, the model summary and the parameter count, against ``budget``; each stage
+    with its modules (``model.breakdown.stage_modules``)."""
     import os
     from types import MappingProxyType
 
+    from megatron_estimator.core.dataclass import replace
+    from megatron_estimator.model.breakdown import stage_modules
     from megatron_estimator.model.layout import pipeline_stages
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.model.stage import (assumptions, estimate_stage, model_shape, shared_terms, states_config,
@@ -106,6 +110,7 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
     stages = pipeline_stages(states_config(config))    # the placement reads no training setting either
     shared = shared_terms(config, overheads, environ)        # alike on every stage
     results = tuple(estimate_stage(config, stage, overheads, environ, budget, shared=shared) for stage in stages)
+    results = tuple(replace(result, modules=stage_modules(config, stage, result)) for stage, result in zip(stages, results))
     return Estimate(
         world_size=config.parallel.world_size,
         world_size_source=config.world_size_source,
