@@ -343,13 +343,13 @@ def _catalog_fit(result: Estimate, resolve, overheads, env):
     def on(capability: float):
         if overheads.gpu_known and capability == overheads.compute_capability:
             return result
-        try:
-            with using_release(release):
+        with using_release(release):
+            try:
                 config = resolve(capability)
-        except InvalidInput:
-            return None
-        return build_estimate(config, overheads=replace(overheads, compute_capability=capability, gpu_known=True),
-                              environ=env)
+            except InvalidInput:
+                return None
+            return build_estimate(config, environ=env,
+                                  overheads=replace(overheads, compute_capability=capability, gpu_known=True))
 
     return lazy_fits_on(on)
 
