@@ -64,7 +64,7 @@ def _model(row: dict) -> str:
         return row["family"] or "-"
     shape = f" ({row['num_layers']}x{row['hidden_size']})" if row["num_layers"] is not None else ""
     n = row["total_parameters"]
-    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
     return f"{row['family']} {size}{shape}"
 
 
