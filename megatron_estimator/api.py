@@ -296,14 +296,18 @@ def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
-             suggest: bool = False) -> Verdict:
+             suggest: bool = False, fits_on: bool = True) -> Verdict:
     """Validate and estimate one input; never raises for bad input (the verdict holds the problems).
 
     A refused input's verdict keeps the input's notices (``Verdict.notes``: the unknown values
     it assumed, each with its file:line), which a valid one states among its assumptions.
 
     With ``suggest``, a refusal (a stage over the budget) carries ``Verdict.suggestions``: the
-    nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing."""
+    nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing.
+
+    With ``fits_on`` (the default), ``Estimate.fits_on`` names the catalog GPUs on which every
+    stage fits, each judged on its own run context (``_catalog_fit``; worked out when first
+    read); the planner's and the suggestions' re-estimates leave it out (None)."""
     from megatron_estimator.results.estimate import build_estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
     from megatron_estimator.config.resolve import resolve_config
@@ -334,13 +338,15 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     if world_size is None and inp.world_size_unknown is not None and inp.world_size_unknown not in problems:
         problems = tuple(problems) + (inp.world_size_unknown,)
     overheads = overheads or Overheads()
+
+    def resolve(compute_capability: float | None):
+        return resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source, environ=env,
+                              compute_capability=compute_capability, flash_attn=overheads.flash_attn,
+                              resume=overheads.resume, transformer_engine=overheads.transformer_engine,
+                              launch_location=inp.launch_location, job_environment=inp.job_environment, family=family)
+
     try:
-        config = resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source,
-                                environ=env,
-                                compute_capability=overheads.compute_capability if overheads.gpu_known else None,
-                                flash_attn=overheads.flash_attn, resume=overheads.resume,
-                                transformer_engine=overheads.transformer_engine, launch_location=inp.launch_location,
-                                job_environment=inp.job_environment, family=family)
+        config = resolve(overheads.compute_capability if overheads.gpu_known else None)
     except InvalidInput as err:
         # A key the input already reported (missing, mistyped) makes validation miss it too:
         # one message per problem, the input's own.
@@ -359,10 +365,40 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
                              overheads=overheads, environ=env)
     result = replace(result, assumptions=said + state_all(result.assumed))
+    if fits_on:
+        result = replace(result, catalog_fit=_catalog_fit(result, resolve, overheads, env))
     if suggest and result.fits is False:
         return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
     return Verdict(inp.source, estimate=result, family=family)
+
+
+def _catalog_fit(result: Estimate, resolve, overheads, env):
+    """The catalog GPUs (megatron/gpus.py, in catalog order) on which every stage of the input
+    fits its capacity as CUDA reports it.  The GPU changes the run context (its compute
+    capability: validation rules such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, the
+    attention kernel in deterministic mode, workspaces, the fused cross entropy's buffers), so
+    the input is resolved and estimated once per distinct compute capability, as if that GPU had
+    been named; one the rules refuse there fits on none of its GPUs.  Returns the function
+    that works them out (``catalog_fit.lazy_fits_on``)."""
+    from megatron_estimator.megatron.releases import chosen_release, using_release
+    from megatron_estimator.results.catalog_fit import lazy_fits_on
+    from megatron_estimator.results.estimate import build_estimate
+
+    release = chosen_release()      # the release checked against now, when it is worked out later
+
+    def on(capability: float):
+        if overheads.gpu_known and capability == overheads.compute_capability:
+            return result
+        with using_release(release):
+            try:
+                config = resolve(capability)
+            except InvalidInput:
+                return None
+            return build_estimate(config, environ=env,
+                                  overheads=replace(overheads, compute_capability=capability, gpu_known=True))
+
+    return lazy_fits_on(on)
 
 
 def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
@@ -379,7 +415,7 @@ def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
     def verifier(raw: RawArgs) -> Verdict:
         return evaluate(replace(inp, raw=raw, notes=()), world_size=refused.world_size,
                         world_size_source=refused.world_size_source, budget=refused.budget_bytes,
-                        budget_source=refused.budget_source, overheads=overheads, environ=environ)
+                        budget_source=refused.budget_source, overheads=overheads, environ=environ, fits_on=False)
 
     return suggest(inp, refused, overheads=overheads, environ=env, verify=verifier)
 
@@ -654,7 +690,8 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
 
     def verifier(raw: RawArgs) -> Verdict:
         return evaluate(replace(inp, raw=raw), world_size=world_size, world_size_source="--world-size",
-                        budget=budget_size, budget_source=budget_source, overheads=overheads, environ=env)
+                        budget=budget_size, budget_source=budget_source, overheads=overheads, environ=env,
+                        fits_on=False)
 
     return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_size,
                   budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),

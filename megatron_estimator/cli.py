@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--num-attention-heads, --yaml-cfg, and flag fragments that start no program. Each is named on stderr and left out of the "
                         "report; a training input that is broken is still invalid")
     _accept_flags_option(p)
+    p.add_argument("--summary", action="store_true",
+                   help="after the reports, one table across the files (model, layout, GPUs, batch, parameters, "
+                        "the peak stage's weights+optimizer and activations, peak, verdict) naming the least "
+                        "and the most memory-hungry file")
     p.add_argument("--script-arg", action="append", metavar="ARG",
                    help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
                         "repeated in order; without any, $1... are unset and \"$@\" is empty, as bash has "
@@ -448,7 +452,11 @@ def cmd_check(ns, environ) -> int:
             verdicts.append(replace(check(inp, file_problems), megatron=tree))
         if tree.warning:
             sys.stderr.write(f"megatron-estimator: warning: {path}: {tree.warning}\n")
-    if verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
+    if ns.summary:                 # the reports, then one table across the files (not the settings)
+        from megatron_estimator.report.summary import render_with_summary
+
+        _emit(render_with_summary(verdicts, verdicts[1 if settings_problems else 0:], fmt, ns.verbose), sys.stdout)
+    elif verdicts or fmt == "json":  # every file skipped: nothing to report, but JSON readers get {"results": []}
         _emit(_render(verdicts, fmt, ns.verbose), sys.stdout)
     unchecked = [v.source for v in verdicts if v.estimate is not None and v.estimate.budget_bytes is None]
     if unchecked:

@@ -128,6 +128,11 @@ def model_lines(m) -> list[tuple[str, str]]:
     return rows
 
 
+def fits_on_text(names: Sequence[str]) -> str:
+    """The ``fits on:`` line's text: the catalog GPUs on which every stage fits."""
+    return ", ".join(names) if names else "no GPU of the catalog"
+
+
 def _family_line(family) -> str:
     """The model family line: ``model family: gpt (the entry script pretrain_gpt.py, ...)``."""
     return f"  model family: {family.name} ({family.source})"
@@ -174,6 +179,8 @@ def _text_block(verdict: Verdict, verbose: bool = False) -> str:
         lines.append(f"  budget: {gib(e.budget_bytes)} GiB per GPU ({e.budget_source})")
     else:
         lines.append("  budget: none given (report only)")
+    if e.fits_on is not None:
+        lines.append(f"  fits on: {fits_on_text(e.fits_on)}")
     lines.append("")
     peak = e.peak_stage
     rows = [_stage_row(s, peak.pipeline_rank) for s in e.stages]
@@ -252,6 +259,7 @@ def verdict_to_json(verdict: Verdict) -> dict:
         "stages": [s.to_json() for s in e.stages] if e else [],
         "peak_stage": e.peak_stage.pipeline_rank if e else None,
         "total_parameters": e.total_parameters if e else None,
+        "fits_on": list(e.fits_on) if e and e.fits_on is not None else None,
         "problems": [p.to_json() for p in verdict.problems],
         "assumptions": [a.to_json() for a in e.assumptions] if e else [],
         "model": verdict.family.to_json() if verdict.family is not None else None,
@@ -297,6 +305,8 @@ def render_markdown(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
         out.append(f"World size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}.")
         if e.budget_bytes is not None:
             out.append(f"Budget {gib(e.budget_bytes)} GiB per GPU ({e.budget_source}).")
+        if e.fits_on is not None:
+            out.append(f"Fits on: {fits_on_text(e.fits_on)}.")
         out.append("")
         peak = e.peak_stage
         out.append("| " + " | ".join(COLUMNS) + " |")

@@ -45,6 +45,15 @@ class Estimate:
     total_parameters: int = 0
     # ``assumed`` as the report states them: filled in by api.evaluate (report/assumptions.py).
     assumptions: tuple[Assumption, ...] = ()
+    # Gives the catalog GPUs on which every stage fits (api.evaluate sets it: results/catalog_fit.py
+    # ``lazy_fits_on``; asked only when ``fits_on`` is read); None: not asked.
+    catalog_fit: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def fits_on(self) -> tuple[str, ...] | None:
+        """The GPU catalog's names (megatron/gpus.py, catalog order) on which every stage fits,
+        each GPU judged with its own compute capability, whatever the budget; None: not asked."""
+        return self.catalog_fit() if self.catalog_fit is not None else None
 
     @property
     def peak_stage(self) -> StageEstimate:

@@ -1,0 +1,50 @@
+"""Which GPUs of the catalog (megatron/gpus.py) an input fits on.
+
+A GPU fits when every pipeline stage's device peak is within its budget, the capacity CUDA
+reports (``GpuSpec.total_memory_bytes``), the comparison ``StageEstimate.fits`` makes.  The
+peak itself depends on the GPU through its compute capability only (the run context's
+``gpu_compute_capability`` and ``Overheads.compute_capability``: validation rules, the
+attention kernel, workspaces), so the caller's estimate is asked once per distinct compute
+capability and every GPU that shares one is judged on the same stages.  That is a resolve
+and an estimate per distinct capability (nine in the catalog: about ten times one estimate),
+so ``lazy_fits_on`` defers it until a report reads ``Estimate.fits_on``: ``run`` launching a
+fitting job and the API's callers that never ask pay nothing.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from megatron_estimator.results.estimate import Estimate
+
+from megatron_estimator.megatron.gpus import GPUS
+
+
+def fits_on(estimate_on: Callable[[float], Estimate | None]) -> tuple[str, ...]:
+    """The catalog names, in catalog order, of the GPUs on which every stage fits.
+    ``estimate_on(compute_capability)``: the input's estimate on a GPU of that compute
+    capability, or None when the input is invalid there (it fits on none of them)."""
+    by_capability: dict[float, Estimate | None] = {}
+    names = []
+    for gpu in GPUS:
+        capability = gpu.compute_capability_value
+        if capability not in by_capability:
+            by_capability[capability] = estimate_on(capability)
+        estimate = by_capability[capability]
+        if estimate is not None and all(s.device_peak_bytes <= gpu.total_memory_bytes for s in estimate.stages):
+            names.append(gpu.name)
+    return tuple(names)
+
+
+def lazy_fits_on(estimate_on: Callable[[float], Estimate | None]) -> Callable[[], tuple[str, ...]]:
+    """``fits_on(estimate_on)``, worked out on the first call and remembered."""
+    found: list[tuple[str, ...]] = []
+
+    def answer() -> tuple[str, ...]:
+        if not found:
+            found.append(fits_on(estimate_on))
+        return found[0]
+
+    return answer
