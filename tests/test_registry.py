@@ -78,3 +78,27 @@ def test_skip_unknown_asks_the_reader_of_the_kind(tmp_path):
     other = tmp_path / "x.txt"
     other.write_text("hello\n")
     assert registry.skip_reason(other).startswith("not a seed-format YAML")
+
+
+def test_a_variable_the_script_unsets_is_not_in_the_jobs_environment(tmp_path, monkeypatch):
+    # Megatron-LM examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh unsets
+    # CUDA_DEVICE_MAX_CONNECTIONS before its FSDP launch; Megatron (arguments.py validate_args,
+    # main d98e8a64) refuses FSDP only when the job's environment has it at "1", so a calling
+    # shell's CUDA_DEVICE_MAX_CONNECTIONS=1 must not reach the check.
+    from megatron_estimator.api import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    body = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+            "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --vocab-size 1000 --bf16 "
+            "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion\n")
+    env = {"PATH": "/usr/bin:/bin", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    codes = {}
+    for name, prelude in (("kept.sh", ""), ("unset.sh", "unset CUDA_DEVICE_MAX_CONNECTIONS\n")):
+        (tmp_path / name).write_text("#!/bin/bash\n" + prelude + body)
+        loaded = registry.read_file(tmp_path / name, registry.ReadOptions(env))
+        inp, problems = input_from_file(tmp_path / name, environ=env)
+        verdict = evaluate(inp, world_size=8, environ=env, problems=problems)
+        codes[name] = ({p.code for p in verdict.problems}, loaded.environment)
+    assert "fsdp-cuda-device-max-connections" in codes["kept.sh"][0] and codes["kept.sh"][1] == {}
+    assert "fsdp-cuda-device-max-connections" not in codes["unset.sh"][0]
+    assert codes["unset.sh"][1] == {"CUDA_DEVICE_MAX_CONNECTIONS": None}

@@ -44,7 +44,9 @@ class FileInput:
     world_size: int | None = None
     world_size_source: str | None = None
     world_size_unknown: Problem | None = None  # the problem when the world size is needed and not known
-    environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
+    # What the job's environment adds to the caller's; None: the job lacks that variable of the
+    # caller's (the script unsets it).
+    environment: Mapping[str, str | None] = field(default_factory=dict)
     job_environment: bool = False              # the environment is the launched job's
     launch_location: str | None = None         # file:line of a script's launch
     notes: tuple[str, ...] = ()
@@ -142,7 +144,8 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
                      flag_locations=tuple(script.megatron_locations), opaque_flags=script.opaque_indexes,
                      notes=script.notices, world_size=script.world_size,
                      world_size_source=script.world_size_source, world_size_unknown=unknown,
-                     environment=script.environment_dict, job_environment=True, launch_location=script.location,
+                     environment={**script.environment_dict, **dict.fromkeys(script.removed_environment)},
+                     job_environment=True, launch_location=script.location,
                      entry_script=script.command.script, entry_location=_entry_location(script),
                      entry_is_module=script.command.script_is_module, entry_cwd=script.cwd)
 
