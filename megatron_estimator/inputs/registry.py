@@ -158,29 +158,26 @@ def _entry_location(launch) -> str:
     return launch.location
 
 
-# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
-# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
-_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
-                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
-
-
 # A word that starts a process that could be the training launch (a fragment has none).
 _LAUNCH_WORD = (r"(?<![\w./-])(?:torchrun|srun|mpirun|mpiexec|deepspeed|ft_launcher|python[\d.]*|sbatch|"
                 r"torch\.distributed\.run|bash|sh|exec|eval)(?![\w.-])")
 
 
 def _launch_script_skip_reason(path) -> str | None:
+    """A fragment (Megatron flags for a script that sources it: no launcher, no program) is
+    skipped; anything else is decided by the entry program it runs (``launch.purpose``)."""
+    from megatron_estimator.inputs.launch.purpose import MODEL_FLAG, named_programs, skip_reason as purpose
+
     with open(path, encoding="utf-8", errors="replace") as handle:
         # Comments say nothing about what the script runs.
         code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
                          if not line.lstrip().startswith("#"))
-    if re.search(_TRAINING_LAUNCH_MARK, code) is None:
-        return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
-               "--num-attention-heads or --yaml-cfg in it)"
-    if re.search(r"pretrain\w*\.py\b", code) is None and re.search(_LAUNCH_WORD, code) is None:
-        return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
-               "or pretrain*.py in it)"
-    return None
+    if re.search(_LAUNCH_WORD, code) is None and not named_programs(code):
+        if re.search(MODEL_FLAG, code) is not None:
+            return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
+                   "or program in it)"
+        return "launches nothing (no launcher, python or program in it)"
+    return purpose(path_string(path), code)
 
 
 def _read_hf_config(path, options: ReadOptions) -> FileInput:
