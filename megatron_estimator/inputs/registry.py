@@ -72,7 +72,8 @@ def register(fmt: FileFormat) -> FileFormat:
     return fmt
 
 
-_UNKNOWN = ("not a seed-format YAML (top-level model: or parallelism:), a Megatron --yaml-cfg YAML (top-level "
+_UNKNOWN = ("not a seed-format YAML (sections model:, parallelism:, training:, precision: holding mostly the "
+            "seed format's keys), a Megatron --yaml-cfg YAML (top-level "
             "language_model: or model_parallel:), a launch script or a HuggingFace config.json (model_type or "
             "architectures)")
 
