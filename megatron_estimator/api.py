@@ -57,9 +57,15 @@ class TrainingInput:
     defaults: tuple[str, ...] = ()
 
 
-def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str]) -> dict[str, str]:
+def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str | None]) -> dict[str, str]:
+    """The job's environment: ``base`` with what the input adds (None: a variable the launch
+    script unsets, which the job does not get)."""
     env = dict(os.environ if base is None else base)
-    env.update(extra)
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 

@@ -130,3 +130,78 @@ def test_the_head_is_read_as_the_utf_8_sig_codec_reads_it(tmp_path, data):
     path = tmp_path / "f"
     path.write_bytes(data)
     assert _read_head(str(path), 1 << 20) == data.decode("utf-8-sig", errors="replace")
+
+
+# ---- the seed format by its shape, not by one `model:` key -----------------------------------
+# Self-written files reproducing the shapes of other frameworks' YAML that have a top-level
+# model: key (volcengine/verl verl/trainer/config/critic/megatron_critic.yaml; NVIDIA-NeMo/
+# Megatron-Bridge examples/distillation/llama/conf/*_override_example.yaml and
+# examples/model_verification_cards/*/card.yaml).
+
+VERL_CRITIC = """\
+defaults:
+  - critic
+  - _self_
+_target_: verl.workers.config.McoreCriticConfig
+strategy: megatron
+nccl_timeout: 600
+model:
+  _target_: verl.trainer.config.BaseModelConfig
+  override_config:
+    model_config: {}
+load_weight: True
+"""
+
+BRIDGE_OVERRIDE = """\
+model:
+  seq_length: 4096
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 1
+  sequence_parallel: true
+train:
+  train_iters: 10
+  global_batch_size: 8
+  micro_batch_size: 1
+optimizer:
+  lr: 1e-4
+checkpoint:
+  save: ./distilled
+"""
+
+BRIDGE_CARD = """\
+title: deepseek_v3
+summary: >
+  a verification card
+model:
+  hf_id: deepseek-ai/DeepSeek-V3
+  architecture: DeepseekV3ForCausalLM
+items:
+  pretrain: {}
+"""
+
+
+@pytest.mark.parametrize("text", [VERL_CRITIC, BRIDGE_OVERRIDE, BRIDGE_CARD])
+def test_other_formats_with_a_model_key_are_not_the_seed_format(tmp_path, text):
+    # keys counted: the top-level ones and those of the seed sections; seed ones / all:
+    # verl critic: 6 top-level (only model: seed) + model's _target_, override_config -> 1 / 8;
+    # Bridge override: 4 top-level (model) + model's 4, parallel / training keys that the
+    # seed format keeps under parallelism: / training:, not model: -> 1 / 8; card: 1 / 6
+    assert detect_format(write(tmp_path, "c.yaml", text)) == "unknown"
+
+
+def test_a_seed_file_with_a_few_typos_is_still_the_seed_format(tmp_path):
+    # tests/fixtures/seed-broken.yaml has 2 misplaced / misspelt keys among 4 seed sections
+    assert detect_format(FIXTURES / "seed-broken.yaml") == "seed-yaml"
+    # a misspelt section and key: model, num_layers, training seed; hidden_sise, paralelism not
+    # (a section that is not the seed's is one key) -> 3 / 5
+    text = "model:\n  num_layers: 2\n  hidden_sise: 64\nparalelism:\n  tensor_model_parallel_size: 1\ntraining: {}\n"
+    assert detect_format(write(tmp_path, "s.yaml", text)) == "seed-yaml"
+    # model seed; name, path, other not -> 1 / 4: not the seed format
+    assert detect_format(write(tmp_path, "t.yaml", "model:\n  name: x\n  path: y\nother: 1\n")) == "unknown"
+
+
+def test_skip_unknown_passes_over_other_frameworks_yaml(tmp_path):
+    from megatron_estimator.inputs import registry
+
+    reason = registry.skip_reason(write(tmp_path, "megatron_critic.yaml", VERL_CRITIC))
+    assert reason is not None and reason.startswith("not a seed-format YAML")

@@ -244,8 +244,9 @@ def test_files_that_are_not_training_inputs_are_passed_over(training_repo):
     assert result.stderr.splitlines() == [
         f"megatron-estimator check: skipped .github/workflows/ci.yml: {not_config}",
         f"megatron-estimator check: skipped docker-compose.yaml: {not_config}",
-        "megatron-estimator check: skipped scripts/setup_env.sh: launches no Megatron training "
-        "(no pretrain*.py, --num-layers, --hidden-size, --num-attention-heads or --yaml-cfg in it)",
+        "megatron-estimator check: skipped scripts/setup_env.sh: launches no Megatron training: its launch at "
+        "scripts/setup_env.sh:4 runs -m pip, not a Megatron-LM training entry script, with none of --num-layers, "
+        "--hidden-size, --num-attention-heads or --yaml-cfg",
     ]
     assert result.stdout.startswith("configs/llama3-8b.yaml:\n")   # the only verdict in the report
     assert result.stdout.count("verdict: FITS") == 1 and "ci.yml" not in result.stdout
@@ -302,8 +303,7 @@ def test_a_mixed_yaml_and_a_script_naming_training_only_in_comments(training_rep
     assert "configs/both.yaml: has top-level keys of both YAML formats" in result.stdout
     assert "[mixed-format]" in result.stdout
     assert result.stderr.splitlines() == [
-        "megatron-estimator check: skipped scripts/helper.sh: launches no Megatron training "
-        "(no pretrain*.py, --num-layers, --hidden-size, --num-attention-heads or --yaml-cfg in it)"]
+        "megatron-estimator check: skipped scripts/helper.sh: launches nothing (no launcher, python or program in it)"]
 
 
 # A model config fragment that a launch script sources: it sets flags and launches nothing.
@@ -323,7 +323,7 @@ def test_sourced_flag_fragments_are_passed_over(training_repo):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr.splitlines() == [
         "megatron-estimator check: skipped conf/llama3_8b.sh: launches nothing: it sets Megatron flags for a "
-        "script that sources it (no launcher, python or pretrain*.py in it)"]
+        "script that sources it (no launcher, python or program in it)"]
     assert result.stdout == ""
 
 

@@ -70,11 +70,103 @@ def test_skip_unknown_asks_the_reader_of_the_kind(tmp_path):
     training.write_text("#!/bin/bash\npython pretrain_gpt.py --num-layers 2\n")
     yaml = tmp_path / "c.yaml"
     yaml.write_text("model:\n  num_layers: 2\n")
-    assert registry.skip_reason(plain) == ("launches no Megatron training (no pretrain*.py, --num-layers, "
-                                           "--hidden-size, --num-attention-heads or --yaml-cfg in it)")
+    assert registry.skip_reason(plain) == "launches nothing (no launcher, python or program in it)"
     assert registry.skip_reason(training) is None
     assert registry.skip_reason(yaml) is None
     assert registry.skip_reason(tmp_path / "absent.sh") is None       # reported by check, never skipped
     other = tmp_path / "x.txt"
     other.write_text("hello\n")
     assert registry.skip_reason(other).startswith("not a seed-format YAML")
+
+
+def test_a_variable_the_script_unsets_is_not_in_the_jobs_environment(tmp_path, monkeypatch):
+    # Megatron-LM examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh unsets
+    # CUDA_DEVICE_MAX_CONNECTIONS before its FSDP launch; Megatron (arguments.py validate_args,
+    # main d98e8a64) refuses FSDP only when the job's environment has it at "1", so a calling
+    # shell's CUDA_DEVICE_MAX_CONNECTIONS=1 must not reach the check.
+    from megatron_estimator.api import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    body = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+            "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --vocab-size 1000 --bf16 "
+            "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion\n")
+    env = {"PATH": "/usr/bin:/bin", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    codes = {}
+    for name, prelude in (("kept.sh", ""), ("unset.sh", "unset CUDA_DEVICE_MAX_CONNECTIONS\n")):
+        (tmp_path / name).write_text("#!/bin/bash\n" + prelude + body)
+        loaded = registry.read_file(tmp_path / name, registry.ReadOptions(env))
+        inp, problems = input_from_file(tmp_path / name, environ=env)
+        verdict = evaluate(inp, world_size=8, environ=env, problems=problems)
+        codes[name] = ({p.code for p in verdict.problems}, loaded.environment)
+    assert "fsdp-cuda-device-max-connections" in codes["kept.sh"][0] and codes["kept.sh"][1] == {}
+    assert "fsdp-cuda-device-max-connections" not in codes["unset.sh"][0]
+    assert codes["unset.sh"][1] == {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+
+
+# ---- check --skip-unknown: decided by the entry program the launch runs ----------------------
+# Each fixture reproduces an idiom of Megatron-LM's examples/ (main d98e8a64); what each program
+# does is read from its source there: tools/run_text_generation_server.py serves generation,
+# examples/inference/offline_inference.py runs inference, examples/post_training/modelopt/
+# finetune.py calls megatron.training.pretrain.
+
+_TINY = "--num-layers 2 --hidden-size 64 --num-attention-heads 4"
+
+
+def _skip(tmp_path, monkeypatch, text, name="run.sh", files=()):
+    monkeypatch.chdir(tmp_path)
+    for rel, body in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/bash\n" + text)
+    return registry.skip_reason(path)
+
+
+def test_a_text_generation_server_is_skipped_with_its_program_named(tmp_path, monkeypatch):
+    # examples/mamba/run_text_gen_server_8b_gpt3.sh: Megatron's model flags, but the server trains nothing
+    reason = _skip(tmp_path, monkeypatch, "DISTRIBUTED_ARGS='--nproc_per_node 1'\n"
+                   f"torchrun $DISTRIBUTED_ARGS ../../tools/run_text_generation_server.py {_TINY}\n")
+    assert reason == (f"starts no training: its launch at {tmp_path}/run.sh:3 runs ../../tools/"
+                      "run_text_generation_server.py, a text generation server")
+
+
+def test_an_inference_example_that_stops_before_its_launch_is_still_skipped(tmp_path, monkeypatch):
+    # examples/inference/run_offline_inference.sh exits unless --checkpoint is given: no launch is
+    # reached, and the module the script names is an inference example
+    reason = _skip(tmp_path, monkeypatch, 'CHECKPOINT=""\nif [[ -z "$CHECKPOINT" ]]; then exit 1; fi\n'
+                   f"torchrun --nproc-per-node 8 -m examples.inference.offline_inference {_TINY}\n")
+    assert reason == "starts no training: it runs examples.inference.offline_inference, an inference example"
+
+
+def test_a_modelopt_finetune_launch_through_a_sourced_launcher_is_checked(tmp_path, monkeypatch):
+    # examples/post_training/modelopt/finetune.sh: no launcher word and no model flag in the file
+    # itself; conf/arguments.sh sets LAUNCH_SCRIPT, and finetune.py trains (it calls pretrain())
+    files = [("examples/post_training/modelopt/conf/arguments.sh", "LAUNCH_SCRIPT='torchrun --nproc_per_node 1'\n"),
+             ("examples/post_training/modelopt/finetune.py", "from megatron.training import pretrain\n")]
+    reason = _skip(tmp_path, monkeypatch, 'SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"\n'
+                   'source "${SCRIPT_DIR}/conf/arguments.sh"\n${LAUNCH_SCRIPT} ${SCRIPT_DIR}/finetune.py --finetune\n',
+                   name="examples/post_training/modelopt/finetune.sh", files=files)
+    assert reason is None
+
+
+def test_a_training_launch_that_cannot_be_found_is_checked_not_passed_over(tmp_path, monkeypatch):
+    # it exits before its launch here; check then reports why (no-launch-line), never a silent pass
+    reason = _skip(tmp_path, monkeypatch, 'DATA=""\nif [[ -z "$DATA" ]]; then exit 1; fi\n'
+                   f"torchrun --nproc_per_node 8 pretrain_gpt.py {_TINY}\n")
+    assert reason is None
+
+
+def test_a_custom_program_is_judged_by_what_it_imports_and_its_flags(tmp_path, monkeypatch):
+    files = [("serve.py", "from megatron.core.inference.engines import StaticInferenceEngine\n"),
+             ("my_train.py", "from megatron.core.inference import x\nfrom megatron.training import pretrain\n"
+                             "pretrain(None, None, None)\n"),
+             ("tool.py", "print('hi')\n")]
+    serve = _skip(tmp_path, monkeypatch, f"torchrun serve.py {_TINY}\n", files=files)
+    assert serve.startswith("starts no training") and "it imports megatron's inference package" in serve
+    assert _skip(tmp_path, monkeypatch, f"torchrun my_train.py {_TINY}\n", name="b.sh") is None
+    # an unknown program: a training launch only with a model's flags
+    assert _skip(tmp_path, monkeypatch, f"python tool.py {_TINY}\n", name="c.sh") is None
+    assert _skip(tmp_path, monkeypatch, "python tool.py --input x\n", name="d.sh") == (
+        f"launches no Megatron training: its launch at {tmp_path}/d.sh:2 runs tool.py, not a Megatron-LM training "
+        "entry script, with none of --num-layers, --hidden-size, --num-attention-heads or --yaml-cfg")

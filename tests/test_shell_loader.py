@@ -908,3 +908,67 @@ def test_srun_bash_s_with_torchrun_inside_counts_torchrun(tmp_path):
     launch, problems = load_launch_script(path, {"PWD": str(tmp_path)})
     assert problems == ()
     assert launch.world_size == 32
+
+
+# ---- the environment bash gives the launch: unset, and $PWD at start-up ---------------------
+
+def _bash_prints(tmp_path, text: str, env: dict, cwd) -> str:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not on this machine")
+    path = tmp_path / "probe.sh"
+    path.write_text(text)
+    return subprocess.run([bash, str(path)], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def test_unset_removes_a_variable_the_script_inherited(tmp_path, monkeypatch):
+    # Megatron-LM's examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh idiom: the FSDP branch
+    # unsets CUDA_DEVICE_MAX_CONNECTIONS, which the calling shell may have set to 1.
+    path = script(tmp_path, """
+        #!/bin/bash
+        USE_FSDP=1
+        if [ "${USE_FSDP}" = 1 ]; then
+            unset CUDA_DEVICE_MAX_CONNECTIONS
+        fi
+        export -n KEPT_LOCAL
+        torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2
+        """)
+    env = {"PATH": "/usr/bin:/bin", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "KEPT_LOCAL": "x", "OTHER": "y"}
+    monkeypatch.chdir(tmp_path)
+    launch, problems = load_launch_script(path, env)
+    assert problems == ()
+    assert set(launch.removed_environment) == {"CUDA_DEVICE_MAX_CONNECTIONS", "KEPT_LOCAL"}
+    # bash itself: neither reaches a program the script runs; OTHER does
+    seen = _bash_prints(tmp_path, "unset CUDA_DEVICE_MAX_CONNECTIONS\nexport -n KEPT_LOCAL\nenv\n", env, tmp_path)
+    names = {line.split("=", 1)[0] for line in seen.splitlines()}
+    assert "OTHER" in names and not names & {"CUDA_DEVICE_MAX_CONNECTIONS", "KEPT_LOCAL"}
+
+
+def test_a_stale_inherited_pwd_is_not_the_scripts_directory(tmp_path, monkeypatch):
+    # `check sub/train.sh` run from tmp_path by a caller whose PWD names another directory (a
+    # tool that changed directory without updating PWD): bash resets PWD to the real directory
+    # at start-up, so "$0"-relative sources resolve from tmp_path.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "elsewhere" / "sub").mkdir(parents=True)
+    (tmp_path / "sub" / "model.sh").write_text("MODEL_ARGS='--num-layers 4'\n")
+    (tmp_path / "elsewhere" / "sub" / "model.sh").write_text("MODEL_ARGS='--num-layers 99'\n")
+    script(tmp_path, """
+        #!/bin/bash
+        DIR="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+        source "$DIR/model.sh"
+        torchrun --nproc_per_node 8 pretrain_gpt.py $MODEL_ARGS --save "$PWD/ckpt"
+        """, name="sub/train.sh")
+    stale = {"PATH": "/usr/bin:/bin", "PWD": str(tmp_path / "elsewhere")}
+    monkeypatch.chdir(tmp_path)
+    launch, problems = load_launch_script("sub/train.sh", stale)
+    assert problems == ()
+    assert flags(launch) == ["--num-layers", "4", "--save", f"{tmp_path}/ckpt"]
+    # what bash does with the same stale PWD, started in tmp_path
+    assert _bash_prints(tmp_path, 'echo "$PWD"\n', stale, tmp_path).strip() == str(tmp_path)
+    # an inherited PWD that names the directory through a symbolic link is kept as written
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    linked = {**stale, "PWD": str(tmp_path / "link")}
+    launch, problems = load_launch_script("sub/train.sh", linked)
+    assert flags(launch)[-1] == f"{tmp_path}/link/ckpt"
+    assert _bash_prints(tmp_path, 'echo "$PWD"\n', linked, tmp_path).strip() == str(tmp_path / "link")

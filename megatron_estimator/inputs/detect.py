@@ -7,8 +7,16 @@
   ``model_type`` or ``architectures``; also a directory holding such a ``config.json``.
 - ``megatron-yaml``: a top-level ``language_model:`` or ``model_parallel:`` key (Megatron's
   ``--yaml-cfg`` format).
-- ``seed-yaml``: a top-level ``model:`` or ``parallelism:`` key (the seed guide's format).
-- ``mixed-yaml``: top-level keys of both YAML formats (a mistake to report, not a file to skip).
+- ``seed-yaml``: the seed guide's format, told by its shape (``seed_shaped``): a top-level
+  ``model:`` or ``parallelism:`` section, and at least half of its keys -- the top-level ones and
+  those of its seed sections (model, parallelism, training, precision) -- are the keys
+  schemas/seed-config.schema.json gives that place.  So a seed file with a typo or two is still
+  read (and its typos reported), while YAML of other formats with a ``model:`` key (verl's
+  ``megatron_critic.yaml``: ``_target_``, ``strategy``...; Megatron-Bridge override files, whose
+  ``model:`` holds parallel sizes and sits beside ``train:``, ``optimizer:``...; model cards) is
+  ``unknown``.
+- ``mixed-yaml``: a seed-shaped file that also has a top-level key of Megatron's ``--yaml-cfg``
+  format (a mistake to report, not a file to skip).
 - ``megatron-log``: a Megatron training log: the header of the arguments block rank 0 prints
   (``------------------------ arguments ------------------------``), a ``report_memory`` line
   (``[Rank N] ... memory (MB) | allocated: ...``) or PyTorch's ``CUDA out of memory.`` message,
@@ -54,6 +62,8 @@ _LAUNCH_LINE = LazyPattern(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s
 _LOG_LINE = LazyPattern(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
                         r"|CUDA out of memory\. Tried to allocate ", "MULTILINE")
 _SEED_KEYS = {"model", "parallelism"}
+_KEY = LazyPattern(r"([A-Za-z_][\w-]*)\s*:(?:\s|$)")
+_KEY_IN_FLOW = LazyPattern(r"([A-Za-z_][\w-]*)\s*:")
 _MEGATRON_KEYS = {"language_model", "model_parallel"}
 _HEAD_BYTES = 256 * 1024
 _JSON_BYTES = 4 * 1024 * 1024
@@ -77,7 +87,7 @@ def detect_format(path: str | os.PathLike) -> Format:
     if _LOG_LINE.search(head):
         return "megatron-log"
     keys = set(_TOP_LEVEL_KEY.findall(head))
-    megatron, seed = bool(keys & _MEGATRON_KEYS), bool(keys & _SEED_KEYS)
+    megatron, seed = bool(keys & _MEGATRON_KEYS), bool(keys & _SEED_KEYS) and seed_shaped(head)
     if megatron and not seed:
         return "megatron-yaml"
     if seed and not megatron:
@@ -87,6 +97,56 @@ def detect_format(path: str | os.PathLike) -> Format:
     if not keys and _LAUNCH_LINE.search(head):
         return "shell"
     return "unknown"
+
+
+def _section_keys(text: str) -> list[tuple[str, list[str]]]:
+    """(top-level key, the keys of its mapping) in file order, by a line scan: a section's keys
+    are the lines at its first indentation, or the keys of a one-line ``{...}`` flow mapping."""
+    sections: list[tuple[str, list[str]]] = []
+    indent = None
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        depth = len(line) - len(stripped)
+        match = _KEY.match(stripped)
+        if depth == 0:
+            if match is None:
+                continue
+            sections.append((match.group(1), []))
+            indent = None
+            rest = stripped[match.end():].split(" #", 1)[0].strip()
+            if rest.startswith("{"):
+                sections[-1][1].extend(_KEY_IN_FLOW.findall(rest))
+            continue
+        if not sections or match is None:
+            continue
+        if indent is None:
+            indent = depth
+        if depth == indent:
+            sections[-1][1].append(match.group(1))
+    return sections
+
+
+def seed_shaped(text: str) -> bool:
+    """Whether YAML ``text`` has the seed format's shape (see the module's docstring)."""
+    from megatron_estimator.inputs.seed_schema_data import SEED_SCHEMA
+
+    places = SEED_SCHEMA["properties"]
+    sections = _section_keys(text)
+    if not any(name in _SEED_KEYS for name, _ in sections):
+        return False
+    seed = total = 0
+    for name, keys in sections:
+        total += 1
+        place = places.get(name)
+        if place is None:
+            continue
+        seed += 1
+        known = place.get("properties", {})
+        total += len(keys)
+        seed += sum(key in known for key in keys)
+    return 2 * seed >= total
 
 
 def _read_head(path: str, size: int) -> str | None:

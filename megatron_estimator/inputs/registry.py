@@ -44,7 +44,9 @@ class FileInput:
     world_size: int | None = None
     world_size_source: str | None = None
     world_size_unknown: Problem | None = None  # the problem when the world size is needed and not known
-    environment: Mapping[str, str] = field(default_factory=dict)   # what the job's environment adds
+    # What the job's environment adds to the caller's; None: the job lacks that variable of the
+    # caller's (the script unsets it).
+    environment: Mapping[str, str | None] = field(default_factory=dict)
     job_environment: bool = False              # the environment is the launched job's
     launch_location: str | None = None         # file:line of a script's launch
     notes: tuple[str, ...] = ()
@@ -70,7 +72,8 @@ def register(fmt: FileFormat) -> FileFormat:
     return fmt
 
 
-_UNKNOWN = ("not a seed-format YAML (top-level model: or parallelism:), a Megatron --yaml-cfg YAML (top-level "
+_UNKNOWN = ("not a seed-format YAML (sections model:, parallelism:, training:, precision: holding mostly the "
+            "seed format's keys), a Megatron --yaml-cfg YAML (top-level "
             "language_model: or model_parallel:), a launch script or a HuggingFace config.json (model_type or "
             "architectures)")
 
@@ -143,7 +146,8 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
                      flag_locations=tuple(script.megatron_locations), opaque_flags=script.opaque_indexes,
                      notes=script.notices, world_size=script.world_size,
                      world_size_source=script.world_size_source, world_size_unknown=unknown,
-                     environment=script.environment_dict, job_environment=True, launch_location=script.location,
+                     environment={**script.environment_dict, **dict.fromkeys(script.removed_environment)},
+                     job_environment=True, launch_location=script.location,
                      entry_script=script.command.script, entry_location=_entry_location(script),
                      entry_is_module=script.command.script_is_module, entry_cwd=script.cwd)
 
@@ -156,29 +160,26 @@ def _entry_location(launch) -> str:
     return launch.location
 
 
-# What marks a launch script as a Megatron training launch for ``check --skip-unknown``: an
-# entry script (pretrain_gpt.py, pretrain_mamba.py, ...) or a flag every model needs, or --yaml-cfg.
-_TRAINING_LAUNCH_MARK = (r"pretrain\w*\.py\b"
-                         r"|(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])")
-
-
 # A word that starts a process that could be the training launch (a fragment has none).
 _LAUNCH_WORD = (r"(?<![\w./-])(?:torchrun|srun|mpirun|mpiexec|deepspeed|ft_launcher|python[\d.]*|sbatch|"
                 r"torch\.distributed\.run|bash|sh|exec|eval)(?![\w.-])")
 
 
 def _launch_script_skip_reason(path) -> str | None:
+    """A fragment (Megatron flags for a script that sources it: no launcher, no program) is
+    skipped; anything else is decided by the entry program it runs (``launch.purpose``)."""
+    from megatron_estimator.inputs.launch.purpose import MODEL_FLAG, named_programs, skip_reason as purpose
+
     with open(path, encoding="utf-8", errors="replace") as handle:
         # Comments say nothing about what the script runs.
         code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
                          if not line.lstrip().startswith("#"))
-    if re.search(_TRAINING_LAUNCH_MARK, code) is None:
-        return "launches no Megatron training (no pretrain*.py, --num-layers, --hidden-size, " \
-               "--num-attention-heads or --yaml-cfg in it)"
-    if re.search(r"pretrain\w*\.py\b", code) is None and re.search(_LAUNCH_WORD, code) is None:
-        return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
-               "or pretrain*.py in it)"
-    return None
+    if re.search(_LAUNCH_WORD, code) is None and not named_programs(code):
+        if re.search(MODEL_FLAG, code) is not None:
+            return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
+                   "or program in it)"
+        return "launches nothing (no launcher, python or program in it)"
+    return purpose(path_string(path), code)
 
 
 def _read_hf_config(path, options: ReadOptions) -> FileInput:

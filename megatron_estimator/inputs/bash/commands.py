@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import Iterable, Mapping
 
 from megatron_estimator.inputs.bash.values import Field, Origin, Var, is_known, text_of
 
@@ -46,6 +46,17 @@ class ExecutedCommand:
             if is_known(segs):
                 environment.append((name, text_of(segs)))
         return tuple(environment)
+
+
+    def removed(self, inherited: Iterable[str]) -> tuple[str, ...]:
+        """The ``inherited`` environment variables the command does not get: the script ``unset``
+        them (or ``export -n``) before it runs."""
+        gone = []
+        for name in inherited:
+            var = self.variables.get(name)
+            if var is None or not var.exported:
+                gone.append(name)
+        return tuple(gone)
 
 
 class CommandVisitor:

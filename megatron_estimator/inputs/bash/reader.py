@@ -38,6 +38,21 @@ from megatron_estimator.inputs.bash.syntax import ShellSyntaxError, Simple
 from megatron_estimator.inputs.bash.values import UNSUPPORTED, Cause, Field, Origin, Var, is_known, lit_seg, text_of
 
 
+def start_directory(inherited_pwd: str | None, cwd: str) -> str:
+    """The directory a shell started in ``cwd`` takes for ``$PWD``: the inherited ``PWD`` only
+    when it is absolute and names that very directory (same device and inode: a path through a
+    symbolic link is kept as written), else ``cwd`` itself.  bash does this at start-up
+    (variables.c ``set_pwd``, bash 4.x-5.2), so a stale ``PWD`` (a caller that changed directory
+    without updating it, ``env PWD=/elsewhere``) is not trusted over the real directory."""
+    if inherited_pwd and inherited_pwd.startswith("/"):
+        try:
+            if os.path.samefile(inherited_pwd, cwd):
+                return inherited_pwd
+        except OSError:
+            pass
+    return cwd
+
+
 class ShellReader:
     """One read of a script: the file, what it sources, and the problems found on the way.
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
-from megatron_estimator.inputs.bash.reader import ShellReader
+from megatron_estimator.inputs.bash.reader import ShellReader, start_directory
 from megatron_estimator.inputs.bash.values import Cause, Field, Origin, causes_of, is_known, text_of
 from megatron_estimator.inputs.launch.command import LaunchCommand
 from megatron_estimator.inputs.launch.programs import is_launch_program
@@ -92,6 +92,8 @@ class ScriptLaunch:
     launch_tokens: tuple[ScriptToken, ...] = ()  # every token of the command, the launcher's too
     notices: tuple[str, ...] = ()              # unknown values that did not stop the check, each with its file:line
     cwd: str | None = None                     # the working directory the launch runs in (the script's cd), if known
+    # Variables of the caller's environment the launch does not get (the script unsets them).
+    removed_environment: tuple[str, ...] = ()
 
     @property
     def megatron_argv(self) -> tuple[str, ...]:
@@ -127,6 +129,7 @@ class _Candidate:
     temp_env: dict                 # name -> (segs, origin): VAR=x on the launch line
     sbatch: SbatchHeaders | None = None  # the #SBATCH lines of the here-document sbatch reads it from
     cwd: str | None = None         # the working directory the launch runs in, as the walk knows it
+    removed: tuple = ()            # the caller's environment variables the script unset before it
 
 
 class _UnderLauncher(CommandVisitor):
@@ -300,9 +303,13 @@ class _Loader(CommandVisitor):
             self.notes.append(_Note(executed.origin, f"the command at {executed.origin} starts no training script: {reason}"))
             return
         exports = {n: v for n, v in executed.variables.items() if v.exported and v.origin is not None}
+        # Inside a here-document or sh -c string the shell starts from the known part of the
+        # environment the outer script gave it: a variable missing there was unset by the script
+        # (or made unknown by it: then the launch is not given the caller's stale value either).
+        removed = executed.removed(n for n in self.environ if n not in executed.assignments)
         self.candidates.append(_Candidate(
             command, tuple(p for p in problems), tuple(command.locations or ()), executed.origin,
-            tuple(executed.conditions), exports, dict(executed.assignments), cwd=executed.cwd))
+            tuple(executed.conditions), exports, dict(executed.assignments), cwd=executed.cwd, removed=removed))
 
     def make_splitter(self, executed: ExecutedCommand):
         """Reads a ``sh -c`` string of this command with the same reader, each character where it was written."""
@@ -472,6 +479,7 @@ class _Loader(CommandVisitor):
             launch_tokens=tuple(tokens),
             notices=tuple(self.reader.assumed_guards) + tuple(self.notices),
             cwd=cand.cwd,
+            removed_environment=tuple(n for n in cand.removed if n not in environment),
         )
 
 
@@ -492,6 +500,8 @@ def load_launch_script(
     ``world_size_given``: the caller gives the world size, so the launcher's own process
     counts need not resolve.
     ``line``: the line of the launch command, when the script runs more than one.
+    The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
+    only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
     """
     display = os.fspath(path)
@@ -501,7 +511,8 @@ def load_launch_script(
             text = handle.read()
     except OSError as exc:
         return None, (Problem("unreadable-file", display, f"cannot read the launch script: {exc.strerror or exc}"),)
-    cwd = environ.get("PWD") or os.getcwd()
+    cwd = start_directory(environ.get("PWD"), os.getcwd())
+    environ["PWD"] = cwd
     loader = _Loader(display, environ, cwd)
     loader.world_size_given = world_size_given
     sbatch, sbatch_problems = read_sbatch(text, display)

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
-from megatron_estimator.inputs.bash.reader import ShellReader
+from megatron_estimator.inputs.bash.reader import ShellReader, start_directory
 from megatron_estimator.inputs.bash.values import Field, Origin
 from megatron_estimator.inputs.launch.command import SplitCommand
 
@@ -45,7 +45,10 @@ def split_command_string(
     """
     display = location or "sh -c"
     collector = CommandCollector(lambda f: None)
-    reader = ShellReader(display, dict(environ).get("PWD") or os.getcwd(), collector, ProblemCollector())
+    environ = dict(environ)
+    # the sh -c process starts in this process's directory (run execs the launch from it)
+    environ["PWD"] = start_directory(environ.get("PWD"), os.getcwd())
+    reader = ShellReader(display, environ["PWD"], collector, ProblemCollector())
     origin = Origin(display, 1)
     problems = reader.run_string(string, [origin] * len(string), environ, positional, collector)
     plain = tuple(SplitCommand(c.tokens, None, c.environment) for c in collector.commands)

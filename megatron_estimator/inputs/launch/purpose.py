@@ -1,0 +1,153 @@
+"""Whether a launch script starts training, told by the entry program it runs (``check --skip-unknown``).
+
+The pre-commit hook checks every shell file of a repository; one that starts no training
+(a text generation server, an inference example, a checkpoint converter, an evaluation) is
+skipped with the reason, never failed.  The decision is the entry program's, not the script's
+name:
+
+- the launch the script runs is found as ``check`` finds it (``script.load_launch_script``);
+  where none is found (the script stops before it in this environment, or runs it in a way
+  the reader cannot follow), the programs the script's commands name (``x.py``, ``-m pkg.mod``)
+  stand for it;
+- a Megatron-LM training entry script (``entry_script.ENTRY_SCRIPTS``, README "Model families
+  and entry scripts") trains: the file is checked;
+- one of Megatron-LM's programs that train nothing (``NON_TRAINING``, by the end of its path),
+  or a readable script that imports Megatron's inference packages and never calls
+  ``pretrain(``, trains nothing: the file is skipped, naming the program;
+- any other program (a custom or framework script) is checked, as ``check`` reads it;
+- a script that names a training entry script but whose launch cannot be found (it exits
+  before it in this environment) is checked, so ``check`` says why: a training launch is never
+  passed over.
+"""
+
+from __future__ import annotations
+
+import os
+from megatron_estimator.core.patterns import lazy_re as re
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Mapping
+
+# Megatron-LM's programs that start no training, by the end of their path (core_v0.8.0 ... main
+# d98e8a64; the tasks/ and detxoify_lm/ ones are of the older releases): what each does.
+NON_TRAINING: tuple[tuple[str, str], ...] = (
+    ("tools/run_text_generation_server.py", "a text generation server"),
+    ("tools/run_hybrid_text_generation_server.py", "a text generation server (hybrid models)"),
+    ("tools/run_mamba_text_generation_server.py", "a text generation server (Mamba models)"),
+    ("tools/run_vlm_text_generation.py", "vision-language text generation"),
+    ("tools/text_generation_cli.py", "a text generation client"),
+    ("tools/checkpoint/convert.py", "a checkpoint converter"),
+    ("tools/checkpoint/util.py", "a checkpoint converter"),
+    ("tools/preprocess_data.py", "data preprocessing"),
+    ("multimodal/run_text_generation.py", "multimodal text generation"),
+    ("detxoify_lm/generate_samples_gpt.py", "text generation"),
+    ("tasks/msdp/main.py", "MSDP prompting and evaluation"),
+    ("post_training/modelopt/generate.py", "ModelOpt text generation"),
+    ("post_training/modelopt/mmlu.py", "an MMLU evaluation"),
+    ("post_training/modelopt/quantize.py", "ModelOpt quantization"),
+    ("post_training/modelopt/export.py", "a ModelOpt checkpoint export"),
+    ("post_training/modelopt/convert_model.py", "a ModelOpt checkpoint conversion"),
+    ("post_training/modelopt/prune.py", "ModelOpt pruning"),
+    ("post_training/modelopt/validate.py", "a ModelOpt validation"),
+    ("post_training/modelopt/offline_feature_extract.py", "ModelOpt feature extraction"),
+    ("examples/inference/", "an inference example"),
+)
+
+# The packages an inference program imports (megatron/core/inference, megatron/inference).
+_INFERENCE_IMPORT = r"^\s*(?:from|import)\s+megatron(?:\.core)?\.inference\b"
+_PRETRAIN_CALL = r"(?<![\w.])(?:\w+\.)*pretrain\s*\("
+# A program a command names: a *.py path, or a module after -m (not the launchers' own).
+_PROGRAM = r"(?:^|[\s\"'=;(])([^\s\"'=;()|&<>]*\.py)(?![\w.])|(?<![\w-])-m\s+([A-Za-z_][\w.]*)"
+_LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "debugpy"})
+
+
+def _path_of(program: str, is_module: bool) -> str:
+    path = program.replace(".", "/") + ".py" if is_module else program.replace("\\", "/")
+    return "/" + path.lstrip("./")
+
+
+def _known_tail(path: str) -> str:
+    """The part of a path after its last variable (``${SCRIPT_DIR}/finetune.py`` -> ``/finetune.py``)."""
+    cut = max(path.rfind("}"), path.rfind("$"))
+    if cut < 0:
+        return path
+    rest = path[cut + 1:]
+    slash = rest.find("/")
+    return rest[slash:] if slash >= 0 else "/" + rest
+
+
+def _matches(tail: str, key: str) -> bool:
+    key = "/" + key
+    if key.endswith("/"):
+        return key in tail + ("/" if not tail.endswith("/") else "")
+    return tail.endswith(key) or key.endswith(tail)
+
+
+def classify(program: str, is_module: bool = False, found: str | None = None) -> tuple[str, str]:
+    """("training" | "none" | "unknown", what it is) for the entry program ``program`` (as the
+    launch names it; ``found``: its file, when it could be found)."""
+    from megatron_estimator.inputs.entry_script import ENTRY_SCRIPTS
+
+    tail = _known_tail(_path_of(program, is_module))
+    for key, _family, builds in ENTRY_SCRIPTS:
+        if _matches(tail, key):
+            return "training", f"it trains {builds}"
+    for key, what in NON_TRAINING:
+        if _matches(tail, key):
+            return "none", what
+    if found is not None:
+        try:
+            with open(found, encoding="utf-8", errors="replace") as handle:
+                source = handle.read()
+        except OSError:
+            return "unknown", "a script that could not be read"
+        if re.search(_INFERENCE_IMPORT, source, re.MULTILINE) and not re.search(_PRETRAIN_CALL, source):
+            return "none", "an inference program (it imports megatron's inference package and never calls pretrain())"
+    return "unknown", "not a Megatron-LM training entry script"
+
+
+def named_programs(code: str) -> list[tuple[str, bool]]:
+    """The programs the commands of ``code`` (comments removed) name: (path or module, is_module)."""
+    names: list[tuple[str, bool]] = []
+    for match in re.finditer(_PROGRAM, code):
+        if match.group(1):
+            names.append((match.group(1), False))
+        elif match.group(2) not in _LAUNCHER_MODULES:
+            names.append((match.group(2), True))
+    return list(dict.fromkeys(names))
+
+
+# Flags every Megatron model needs (or --yaml-cfg, which carries them): a launch of a program
+# that is not a training entry script trains a Megatron model only with them.
+MODEL_FLAG = r"(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cfg)(?![\w-])"
+_MODEL_FLAGS = "--num-layers, --hidden-size, --num-attention-heads or --yaml-cfg"
+
+
+def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why ``check --skip-unknown`` passes over the launch script ``path`` (``code``: its text
+    without comments), or None to check it."""
+    from megatron_estimator.inputs.entry_script import base_directories, find_script_file
+    from megatron_estimator.inputs.launch.script import load_launch_script
+
+    environ = os.environ if environ is None else environ
+    launch, _problems = load_launch_script(path, environ)
+    if launch is not None and launch.command.script is not None:
+        command = launch.command
+        dirs = ((launch.cwd,) if launch.cwd else ()) + base_directories(environ, path)
+        found = find_script_file(command.script, command.script_is_module, dirs)
+        kind, what = classify(command.script, command.script_is_module, found)
+        program = f"-m {command.script}" if command.script_is_module else command.script
+        if kind == "none":
+            return f"starts no training: its launch at {launch.location} runs {program}, {what}"
+        if kind == "unknown" and not any(re.match(MODEL_FLAG, token) for token in launch.megatron_argv):
+            return (f"launches no Megatron training: its launch at {launch.location} runs {program}, {what}, "
+                    f"with none of {_MODEL_FLAGS}")
+        return None
+    named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
+    if any(n[2] == "training" for n in named):
+        return None       # a training launch the reader cannot reach: check reports why, never a silent pass
+    if named and all(n[2] == "none" for n in named):
+        return "starts no training: it runs " + "; ".join(f"{n[0]}, {n[3]}" for n in named)
+    if re.search(MODEL_FLAG, code) is None:
+        return f"launches no Megatron training (no training entry script, and none of {_MODEL_FLAGS} in it)"
+    return None
