@@ -312,7 +312,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing.
 
     With ``fits_on`` (the default), ``Estimate.fits_on`` names the catalog GPUs on which every
-    stage fits, each judged on its own run context (``_catalog_fit``; worked out when first
+    stage fits, each judged on its own run context (``results.catalog_fit``; worked out when first
     read); the planner's and the suggestions' re-estimates leave it out (None)."""
     from megatron_estimator.results.estimate import build_estimate as estimate_memory
     from megatron_estimator.model.overhead import Overheads
@@ -372,39 +372,13 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                              overheads=overheads, environ=env)
     result = replace(result, assumptions=said + state_all(result.assumed))
     if fits_on:
-        result = replace(result, catalog_fit=_catalog_fit(result, resolve, overheads, env))
+        from megatron_estimator.results.catalog_fit import catalog_fit
+
+        result = replace(result, catalog_fit=catalog_fit(result, resolve, overheads, env))
     if suggest and result.fits is False:
         return Verdict(inp.source, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
     return Verdict(inp.source, estimate=result, family=family)
-
-
-def _catalog_fit(result: Estimate, resolve, overheads, env):
-    """The catalog GPUs (megatron/gpus.py, in catalog order) on which every stage of the input
-    fits its capacity as CUDA reports it.  The GPU changes the run context (its compute
-    capability: validation rules such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, the
-    attention kernel in deterministic mode, workspaces, the fused cross entropy's buffers), so
-    the input is resolved and estimated once per distinct compute capability, as if that GPU had
-    been named; one the rules refuse there fits on none of its GPUs.  Returns the function
-    that works them out (``catalog_fit.lazy_fits_on``)."""
-    from megatron_estimator.megatron.releases import chosen_release, using_release
-    from megatron_estimator.results.catalog_fit import lazy_fits_on
-    from megatron_estimator.results.estimate import build_estimate
-
-    release = chosen_release()      # the release checked against now, when it is worked out later
-
-    def on(capability: float):
-        if overheads.gpu_known and capability == overheads.compute_capability:
-            return result
-        with using_release(release):
-            try:
-                config = resolve(capability)
-            except InvalidInput:
-                return None
-            return build_estimate(config, environ=env,
-                                  overheads=replace(overheads, compute_capability=capability, gpu_known=True))
-
-    return lazy_fits_on(on)
 
 
 def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
@@ -683,7 +657,9 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
                                      environ=environ)
     problems += input_problems
-    problems += _family_refusal(inp)
+    from megatron_estimator.config.family import family_refusal
+
+    problems += family_refusal(inp.raw, inp.entry)
     if problems:
         raise InvalidInput(problems)
     if overheads is None:
@@ -705,18 +681,6 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
                   progress=progress, clock=clock)
 
 
-def _family_refusal(inp: TrainingInput) -> tuple[Problem, ...]:
-    """The ``unsupported-model`` problem of an input whose model family is not modelled: the
-    planner lays out GPT decoders and hybrid models (planner/hybrid.py), never another family
-    as a GPT decoder."""
-    from megatron_estimator.config.family import unsupported_model
-    from megatron_estimator.inputs.entry_script import model_family
-
-    family = model_family(inp.raw, inp.entry)
-    refusal = unsupported_model(family)
-    return (refusal,) if refusal is not None else ()
-
-
 def search_space(**bounds):
     """The planner's ``results.plan.SearchSpace`` with these bounds (the defaults elsewhere)."""
     from megatron_estimator.results.plan import SearchSpace
@@ -728,10 +692,11 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
                     space=None, environ: Mapping[str, str] | None = None):
     """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
     (``planner.search.layouts``)."""
+    from megatron_estimator.config.family import family_refusal
     from megatron_estimator.planner.search import layouts
 
     inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
-    problems = tuple(problems) + _family_refusal(inp)
+    problems = tuple(problems) + family_refusal(inp.raw, inp.entry)
     if problems:
         raise InvalidInput(problems)
     return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,
@@ -794,12 +759,8 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
                             launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
                             select: bool = True, given_source: str = "--megatron-version",
                             environment_is_jobs: bool = False):
-    """The Megatron release a run is checked against (a ``ChosenRelease``): ``given``
-    (``--megatron-version``, named ``given_source``), the launched tree's or a ``PYTHONPATH``
-    entry's ``megatron/core/package_info.py``, ``setting`` (else the environment variable), a NeMo
-    container tag in ``launch``, with ``environment_is_jobs`` (``run``) the installed
-    megatron-core's metadata, else ``main``; selected with ``select``.  ``ValueError`` names the
-    supported releases.  ``inputs/release_choice.py``."""
+    """The Megatron release a run is checked against (a ``ChosenRelease``), in the order
+    ``inputs/release_choice.py`` gives; ``ValueError`` names the supported releases."""
     from megatron_estimator.inputs.release_choice import choose_megatron_release as choose
 
     return choose(given, environ, launch=launch, setting=setting, select=select, given_source=given_source,
@@ -814,17 +775,14 @@ def chosen_megatron_release():
 
 
 def launched_tree_release(inp: TrainingInput):
-    """The release of the Megatron-LM tree of the entry script a launch script runs (a
-    ``ChosenRelease``), or None: ``inputs/release_choice.py``."""
+    """The release of the Megatron-LM tree a launch script runs, or None."""
     from megatron_estimator.inputs.release_choice import launched_tree_release as tree_release
 
     return tree_release(inp)
 
 
 def checking_against(chosen):
-    """``with checking_against(chosen):`` makes the ``ChosenRelease`` ``chosen`` the release every
-    lookup answers for inside the block, and restores the one before on leaving (the fixture):
-    ``megatron.releases.using_release``, for the fronts."""
+    """``with checking_against(chosen):`` checks against ``chosen`` inside the block."""
     from megatron_estimator.megatron.releases import using_release
 
     return using_release(chosen)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, TINY_GPT, flags
 from megatron_estimator import api
-from megatron_estimator.core.dataclass import replace
+from dataclasses import replace
 from megatron_estimator.core.units import GiB
 from megatron_estimator.megatron.gpus import GPUS
 from megatron_estimator.model.overhead import Overheads
@@ -131,6 +131,10 @@ model:
   max_position_embeddings: {seq}
   normalization: LayerNorm
   activation_func: gelu
+  # Megatron's own model, not the seed format's defaults (rope, untied, no biases):
+  position_embedding_type: learned_absolute
+  untie_embeddings_and_output_weights: false
+  add_bias_linear: true
 parallelism:
   tensor_model_parallel_size: 1
   pipeline_model_parallel_size: 1

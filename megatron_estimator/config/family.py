@@ -52,3 +52,13 @@ def unsupported_model(family: ModelFamily) -> Problem | None:
                     f"({', '.join(entry.unread_flags)}) {'are' if count != 1 else 'is'} presumably {entry.script}'s own "
                     f"(the script could not be read: {entry.unread_reason})")
     return Problem("unsupported-model", location, message)
+
+
+def family_refusal(raw, entry) -> tuple:
+    """The ``unsupported-model`` problem of an input (its raw settings and entry script) whose
+    model family is not modelled, as a tuple of at most one: the planner lays out GPT decoders
+    and hybrid models, never another family as a GPT decoder."""
+    from megatron_estimator.inputs.entry_script import model_family
+
+    refusal = unsupported_model(model_family(raw, entry))
+    return (refusal,) if refusal is not None else ()

@@ -48,3 +48,33 @@ def lazy_fits_on(estimate_on: Callable[[float], Estimate | None]) -> Callable[[]
         return found[0]
 
     return answer
+
+
+def catalog_fit(result: Estimate, resolve, overheads, env):
+    """The catalog GPUs (megatron/gpus.py, in catalog order) on which every stage of the input
+    fits its capacity as CUDA reports it.  The GPU changes the run context (its compute
+    capability: validation rules such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, the
+    attention kernel in deterministic mode, workspaces, the fused cross entropy's buffers), so
+    the input is resolved and estimated once per distinct compute capability, as if that GPU had
+    been named; one the rules refuse there fits on none of its GPUs.  Returns the function
+    that works them out (``catalog_fit.lazy_fits_on``)."""
+    from dataclasses import replace
+
+    from megatron_estimator.core.problems import InvalidInput
+    from megatron_estimator.megatron.releases import chosen_release, using_release
+    from megatron_estimator.results.estimate import build_estimate
+
+    release = chosen_release()      # the release checked against now, when it is worked out later
+
+    def on(capability: float):
+        if overheads.gpu_known and capability == overheads.compute_capability:
+            return result
+        with using_release(release):
+            try:
+                config = resolve(capability)
+            except InvalidInput:
+                return None
+            return build_estimate(config, environ=env,
+                                  overheads=replace(overheads, compute_capability=capability, gpu_known=True))
+
+    return lazy_fits_on(on)

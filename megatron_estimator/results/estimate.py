@@ -107,7 +107,7 @@ def build_estimate(config, *, budget: int | None = None, budget_source: str | No
     import os
     from types import MappingProxyType
 
-    from megatron_estimator.core.dataclass import replace
+    from dataclasses import replace
     from megatron_estimator.model.breakdown import stage_modules
     from megatron_estimator.model.layout import pipeline_stages
     from megatron_estimator.model.overhead import Overheads
