@@ -372,15 +372,8 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
                 settings[spec.dest] = RawSetting(spec.dest, (converted_values[0] if converted_values else spec.const)
                                                  if nargs in (None, "?") else converted_values, location)
             continue
-        converted: list[Any] = []
-        for text in values:
-            try:
-                converted.append(convert_value(spec, text))
-            except FlagChoiceError as exc:
-                problems.add("invalid-choice", location, _choice_message(exc))
-            except FlagValueError as exc:
-                problems.add("invalid-value", location, f"invalid value {text!r}: {exc}")
-        if len(converted) < len(values):
+        converted = convert_values(spec, values, location, problems)
+        if converted is None:
             continue
         if nargs is None:
             value = converted[0]
@@ -428,6 +421,20 @@ def _what_follows(tokens: Sequence[str], index: int, taken: int, spelled: str) -
         # e.g. -1e-5: not a negative number by argparse's rule, so it reads as an option.
         text += f" (argparse reads {following} as an option; write {spelled}={following})"
     return text
+
+
+def convert_values(spec, texts, location: str, problems) -> list[Any] | None:
+    """Each of ``texts`` converted as Megatron's argparse converts the flag ``spec``'s values,
+    or None after adding an ``invalid-choice`` / ``invalid-value`` problem for each bad one."""
+    converted: list[Any] = []
+    for text in texts:
+        try:
+            converted.append(convert_value(spec, text))
+        except FlagChoiceError as exc:
+            problems.add("invalid-choice", location, _choice_message(exc))
+        except FlagValueError as exc:
+            problems.add("invalid-value", location, f"invalid value {text!r}: {exc}")
+    return converted if len(converted) == len(texts) else None
 
 
 def _choice_message(exc: FlagChoiceError) -> str:

@@ -48,8 +48,8 @@ def read_options(given: Sequence[tuple[str, Any]]) -> tuple[RawArgs, tuple[Probl
     """The options given (``("--tp", "2")``; a switch's value is True) as Megatron settings,
     each value converted and checked as Megatron's converter for its flag does
     (``megatron.flags.convert_value``), with every problem."""
-    from megatron_estimator.inputs.argv import _choice_message
-    from megatron_estimator.megatron.flags import FlagChoiceError, FlagValueError, convert_value, flag_table
+    from megatron_estimator.inputs.argv import convert_values
+    from megatron_estimator.megatron.flags import flag_table
 
     table = flag_table()
     problems = ProblemCollector()
@@ -66,15 +66,8 @@ def read_options(given: Sequence[tuple[str, Any]]) -> tuple[RawArgs, tuple[Probl
         if not texts:
             problems.add("missing-value", location, "expects at least one value (comma-separated)")
             continue
-        converted = []
-        for part in texts:
-            try:
-                converted.append(convert_value(spec, part))
-            except FlagChoiceError as exc:
-                problems.add("invalid-choice", location, _choice_message(exc))
-            except FlagValueError as exc:
-                problems.add("invalid-value", location, f"invalid value {part!r}: {exc}")
-        if len(converted) == len(texts):
+        converted = convert_values(spec, texts, location, problems)
+        if converted is not None:
             value = converted if spec.nargs in ("+", "*") else converted[0]
             settings[spec.dest] = RawSetting(spec.dest, value, location)
     return RawArgs(settings, SOURCE), problems.problems

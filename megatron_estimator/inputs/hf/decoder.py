@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, REQUIRED, ConfigReader, is_count, show_value
 from megatron_estimator.inputs.hf.rope import supply_rope
 from megatron_estimator.inputs.hf.shape import (
+    supply_local_experts,
     core_shape,
     supply_core_shape,
     supply_dropout,
@@ -154,12 +155,7 @@ def _sliding_window(r: ConfigReader, family: DecoderFamily) -> None:
 
 
 def _mixtral_experts(r: ConfigReader) -> None:
-    experts = r.positive_int("num_local_experts")
-    topk = r.positive_int("num_experts_per_tok")
-    if experts:
-        r.supply("--num-experts", experts, "num_local_experts")
-    if topk:
-        r.supply("--moe-router-topk", topk, "num_experts_per_tok")
+    supply_local_experts(r)
     # Expert width is intermediate_size: Megatron's moe_ffn_hidden_size defaults to
     # ffn_hidden_size (validate_args in megatron/training/arguments.py).
     jitter = r.number("router_jitter_noise", 0.0, note_default=False)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from megatron_estimator.inputs.hf.reader import MOE_TRAINING_KEYS, ConfigReader, is_number, show_value
 from megatron_estimator.inputs.hf.rope import rope_keys, supply_rotary_base
 from megatron_estimator.inputs.hf.shape import (
+    supply_local_experts,
     core_shape, supply_core_shape, supply_dropout, supply_positions_vocab_rmsnorm, supply_query_groups)
 
 # modeling_gpt_oss.py GptOssExperts: glu = gate * sigmoid(gate * alpha); Megatron's quick_gelu
@@ -145,12 +146,7 @@ def _yarn(r: ConfigReader) -> None:
 
 
 def _experts(r: ConfigReader, ffn: int | None) -> None:
-    experts = r.positive_int("num_local_experts")
-    topk = r.positive_int("num_experts_per_tok")
-    if experts:
-        r.supply("--num-experts", experts, "num_local_experts")
-    if topk:
-        r.supply("--moe-router-topk", topk, "num_experts_per_tok")
+    supply_local_experts(r)
     if ffn:
         # Each expert is intermediate_size wide (GPTOSSBridge: moe_ffn_hidden_size = intermediate_size).
         r.supply("--moe-ffn-hidden-size", ffn, "intermediate_size")

@@ -111,3 +111,14 @@ def supply_hybrid_pattern(r: ConfigReader, pattern: str, mtp: tuple[str, int] | 
         return
     r.supply("--mtp-hybrid-override-pattern", mtp[0], mtp_key)
     r.supply("--mtp-num-layers", mtp[1], "num_nextn_predict_layers")
+
+
+def supply_local_experts(r: ConfigReader) -> None:
+    """``num_local_experts`` and ``num_experts_per_tok`` (Mixtral's and gpt-oss's names) as
+    ``--num-experts`` and ``--moe-router-topk``."""
+    experts = r.positive_int("num_local_experts")
+    topk = r.positive_int("num_experts_per_tok")
+    if experts:
+        r.supply("--num-experts", experts, "num_local_experts")
+    if topk:
+        r.supply("--moe-router-topk", topk, "num_experts_per_tok")
