@@ -115,7 +115,10 @@ def _b_pwd(interp, fields, node, env):
 
 
 def _b_cd(interp, fields, node, env):
-    args = [f for f in fields[1:] if f.text not in ("-L", "-P", "-e", "-@")]
+    args = list(fields[1:])
+    while args and not args[0].causes and args[0].text.startswith("-") and args[0].text != "-":
+        if args.pop(0).text == "--":      # cd [-L|-P [-e]] [-@] [--] DIR: options end at --
+            break
     if not args:
         home = interp.state.vars.get("HOME")
         target = text_of(home.value) if home and isinstance(home.value, tuple) and is_known(home.value) else None
