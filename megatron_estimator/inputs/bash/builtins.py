@@ -344,6 +344,14 @@ def _b_eval(interp, fields, node, env):
     written, as one word part, and is judged where it is used, as it is outside ``eval``."""
     if len(fields) < 2:
         return 0
+    segs = [seg for f in fields[1:] for seg in f.segs]
+    if all(seg.cause is not None or not seg.text.strip() for seg in segs):
+        cause = next(seg for seg in segs if seg.cause is not None).cause if any(s.cause for s in segs) else None
+        if cause is None:
+            return 0
+        # nothing of the command is known: not even which program it runs
+        interp.visitor.note(node.origin, f"`eval` at {node.origin} gets `{fields[1].text}`: {cause.message}")
+        return None
     texts: list[str] = []
     origins: list[Origin] = []
     holes: list[str] = []
