@@ -115,7 +115,10 @@ def _b_pwd(interp, fields, node, env):
 
 
 def _b_cd(interp, fields, node, env):
-    args = [f for f in fields[1:] if f.text not in ("-L", "-P", "-e", "-@")]
+    args = list(fields[1:])
+    while args and not args[0].causes and args[0].text.startswith("-") and args[0].text != "-":
+        if args.pop(0).text == "--":      # cd [-L|-P [-e]] [-@] [--] DIR: options end at --
+            break
     if not args:
         home = interp.state.vars.get("HOME")
         target = text_of(home.value) if home and isinstance(home.value, tuple) and is_known(home.value) else None
@@ -331,24 +334,49 @@ def _b_source(interp, fields, node, env):
     return interp.reader.source(interp, fields[1], fields[2:], node)
 
 
+_EVAL_HOLE = "__megatron_estimator_eval_"
+
+
 def _b_eval(interp, fields, node, env):
+    """``eval ARGS``: the arguments joined by spaces, read and run as shell text.  A part not known
+    statically (``$(date)``, an unset variable) is not text the reader can parse: it stands in the
+    string as a reference to a variable holding that unknown part, so it expands where it is
+    written, as one word part, and is judged where it is used, as it is outside ``eval``."""
     if len(fields) < 2:
         return 0
+    segs = [seg for f in fields[1:] for seg in f.segs]
+    if all(seg.cause is not None or not seg.text.strip() for seg in segs):
+        cause = next(seg for seg in segs if seg.cause is not None).cause if any(s.cause for s in segs) else None
+        if cause is None:
+            return 0
+        # nothing of the command is known: not even which program it runs
+        interp.visitor.note(node.origin, f"`eval` at {node.origin} gets `{fields[1].text}`: {cause.message}")
+        return None
     texts: list[str] = []
     origins: list[Origin] = []
+    holes: list[str] = []
     for k, f in enumerate(fields[1:]):
         if k:
             texts.append(" ")
             origins.append(node.origin)
         for seg in f.segs:
             if seg.cause is not None:
-                cause = seg.cause
-                interp.visitor.note(node.origin, f"`eval` at {node.origin} gets `{seg.text}`: {cause.message}")
-                return None
+                name = f"{_EVAL_HOLE}{len(holes)}"
+                holes.append(name)
+                at = seg.origins[0] if seg.origins else node.origin
+                interp.state.vars[name] = Var((seg,), False, False, at)
+                ref = "${" + name + "}"
+                texts.append(ref)
+                origins.extend((at,) * len(ref))
+                continue
             texts.append(seg.text)
             origins.extend(seg.origins if len(seg.origins) == len(seg.text) else (node.origin,) * len(seg.text))
-    tree = parse("".join(texts), origins)
-    return interp.run_list(tree)
+    try:
+        tree = parse("".join(texts), origins)
+        return interp.run_list(tree)
+    finally:
+        for name in holes:
+            interp.state.vars.pop(name, None)
 
 
 def _b_exec(interp, fields, node, env):

@@ -483,6 +483,8 @@ class Parser(Lexer):
             if self.i >= self.n:
                 break
             c = self.s[self.i]
+            if c == "&" and self.s.startswith("&>", self.i):
+                c = ">"                          # &> FILE / &>> FILE: a redirection, not the & operator
             if c in "\n;&|)" or (c == "(" and not words):
                 if c == "(" and not words and not assigns:
                     raise self.error("unexpected (")

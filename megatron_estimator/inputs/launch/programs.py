@@ -239,6 +239,18 @@ UV_RUN = Options(
 )
 
 # singularity / apptainer exec [options] IMAGE COMMAND ...
+# ray/dashboard/modules/job/cli.py ``submit`` (click): the options before the entrypoint.  click
+# takes no abbreviations; options of other ray releases are skipped as unknown ones.
+RAY_JOB_SUBMIT = Options(
+    values=aliases(
+        ("--address",), ("--job-id",), ("--submission-id",), ("--runtime-env",), ("--runtime-env-json",),
+        ("--working-dir",), ("--metadata-json",), ("--entrypoint-num-cpus",), ("--entrypoint-num-gpus",),
+        ("--entrypoint-memory",), ("--entrypoint-resources",), ("--entrypoint-label-selector",),
+        ("--headers",), ("--log-style",), ("--log-color",), ("--verify",),
+    ),
+    flags=aliases(("--no-wait",), ("-v", "--verbose"), ("--help",)),
+    abbreviations=False,
+)
 CONTAINER_EXEC = Options(
     values=aliases(
         ("-B", "--bind"), ("--env",), ("--env-file",), ("-H", "--home"), ("-W", "--workdir"),
@@ -289,7 +301,7 @@ def is_known_program(token: str) -> bool:
     return (
         token.endswith(".py")
         or bool(PYTHON_NAME.match(name))
-        or name in ("torchrun", "ft_launcher", "srun", "env", "nsys", "uv", "singularity", "apptainer")
+        or name in ("torchrun", "ft_launcher", "srun", "env", "nsys", "uv", "singularity", "apptainer", "ray")
         or name in MPI_NAMES
         or name in SHELLS
         or name in SIMPLE_WRAPPERS

@@ -21,7 +21,7 @@ from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_
 from megatron_estimator.inputs.launch.launchers import DistributedLaunchers
 from megatron_estimator.inputs.launch.programs import (
     BASH_LONG_FLAGS, BASH_VALUE_OPTIONS, CONTAINER_EXEC, FT_LAUNCHER, MPI_NAMES, NSYS, PYTHON_FLAGS, PYTHON_LONG_FLAGS,
-    PYTHON_NAME, SHELLS, SIMPLE_WRAPPERS, TASKSET, TIMEOUT, TORCH_LAUNCH, TORCHRUN, UV_RUN, Opt, Options, ParsedOptions,
+    PYTHON_NAME, RAY_JOB_SUBMIT, SHELLS, SIMPLE_WRAPPERS, TASKSET, TIMEOUT, TORCH_LAUNCH, TORCHRUN, UV_RUN, Opt, Options, ParsedOptions,
     is_known_program, program_name,
 )
 
@@ -364,6 +364,8 @@ class _Walk(DistributedLaunchers):
             return self.nsys(i)
         if name == "uv":
             return self.uv(i)
+        if name == "ray":
+            return self.ray(i)
         if name in ("singularity", "apptainer"):
             return self.container(i, name)
         if name in SIMPLE_WRAPPERS:
@@ -576,6 +578,52 @@ class _Walk(DistributedLaunchers):
             self.launcher = self.launcher or "python"
             return self.found(parsed.program, module=False)
         return self.program(parsed.program)
+
+    def ray(self, i: int) -> None:
+        """``ray job submit [options] [--] ENTRYPOINT...``: the entrypoint runs once, as the job's
+        driver, with the ``env_vars`` of ``--runtime-env-json`` in its environment; how many
+        training processes it then starts is the entrypoint's business (a framework's)."""
+        tokens = self.tokens
+        if tokens[i + 1:i + 3] != ["job", "submit"]:
+            self.chain.append("ray")
+            sub = " ".join(tokens[i + 1:i + 3])
+            return self.fail(f"ray {sub} does not run a training script (expected ray job submit)")
+        self.chain.append("ray job submit")
+        parsed = self.parse_options(i + 3, RAY_JOB_SUBMIT, "ray job submit")
+        for opt in parsed.all("runtime-env-json"):
+            self._ray_env_vars(opt)
+        if parsed.program is None:
+            return self.fail("ray job submit is not given an entrypoint")
+        self.spawned("ray job submit", None, "ray job submit runs its entrypoint as one driver process; how many "
+                     "training processes that starts is up to the program")
+        self.launcher = "ray job submit"
+        return self.program(parsed.program)
+
+    def _ray_env_vars(self, opt: "Opt") -> None:
+        import json
+
+        by = "ray job submit --runtime-env-json"
+        try:
+            runtime_env = json.loads(opt.value or "")
+        except ValueError as exc:
+            if self.unresolved(opt.value_index) is None:
+                self.problems.add("invalid-launcher-option", self.where(opt.index, opt.spelled),
+                                  f"{by} is not JSON: {exc}")
+            return
+        env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+        if not isinstance(env_vars, dict):
+            return
+        opaque = self.unresolved(opt.value_index)
+        for var, value in env_vars.items():
+            if not isinstance(value, str):
+                continue
+            # The string holds a part not known statically (its spelling, ``$X``): only the
+            # variables whose value shows no expansion are taken.
+            if opaque and ("$" in value or "`" in value):
+                self.env.pop(var, None)
+                self.assigned.pop(var, None)
+                continue
+            self.set_env(var, value, by)
 
     def container(self, i: int, name: str) -> None:
         tokens = self.tokens
