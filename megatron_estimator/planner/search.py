@@ -101,7 +101,9 @@ class _Search:
     def __init__(self, inp, world: int, gbs: int, budget: int, budget_source: str, overheads,
                  environ, space: SearchSpace, proxy: ProxyAssumptions):
         from megatron_estimator.megatron.flags import flag_table
-
+        # The release the input was read against (TrainingInput.release, a ChosenRelease): its
+        # flags and rules.
+        self.megatron = inp.release
         self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
         # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
         # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
@@ -112,7 +114,8 @@ class _Search:
         self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
         # What the rules and the kernel choice know of the run (resolve.resolve_config's ``run``).
         self.run_context = RunContext(gpu_compute_capability=self.compute_capability, flash_attn=overheads.flash_attn,
-                                      resume=Resume("no"), job_environment=job_environment)
+                                      resume=Resume("no"), job_environment=job_environment,
+                                      release=self.megatron)
 
         # The model without a layout: the user's settings minus what the planner chooses (the
         # recompute modules stay: selective layouts set their own, the others do not read them).
@@ -120,7 +123,7 @@ class _Search:
         settings["global_batch_size"] = RawSetting("global_batch_size", gbs, "--global-batch-size")
         settings["micro_batch_size"] = RawSetting("micro_batch_size", min(space.micro_batch_sizes), "--micro-batch-size")
         self.raw = RawArgs(settings, inp.raw.source)
-        self.namespace = dict(flag_table().defaults())
+        self.namespace = dict(flag_table(self.megatron.version).defaults())
         self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
         # The model family (a hybrid Mamba model is laid out by its pattern: planner/hybrid.py)
         # and what validate_args derives from a hybrid layer pattern, as resolve_config does.
@@ -133,7 +136,7 @@ class _Search:
         self.moe = bool(self.namespace.get("num_experts"))
         self.reference, self.base_problems = validate_model(
             inp.raw, self.raw, self.namespace, environ, compute_capability=self.compute_capability,
-            flash_attn=overheads.flash_attn, job_environment=job_environment, family=model)
+            flash_attn=overheads.flash_attn, job_environment=job_environment, family=model, release=self.megatron)
         self.user_pipeline = user_pipeline_choice(inp.raw)
         self._proxy_model: ProxyModel | None = None
         # Per decoder layer its kind (layer_kinds), and the distinct kinds in order.
@@ -189,7 +192,7 @@ class _Search:
             from megatron_estimator.planner.hybrid import hybrid_pipeline_choices
 
             return layout_families(self.namespace, self.world, self.space, self.user_pipeline,
-                                   hybrid_pipeline_choices(self.namespace))
+                                   hybrid_pipeline_choices(self.namespace, self.megatron.version))
         return layout_families(self.namespace, self.world, self.space, self.user_pipeline)
 
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
@@ -221,7 +224,8 @@ class _Search:
                 progress(self.searched, len(self.found), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
-            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"},
+                                                        self.megatron)
             # (the optimizer chosen, micro batch size, the optimizer derived, microbatches)
             batches = [(chosen, mbs, shards_optimizer_states(derived), derived["num_microbatches"])
                        for (chosen, mbs), derived in zip(chosen_batches, namespaces)]
@@ -437,7 +441,7 @@ class _Search:
         vocab = self._vocab.get(tp)
         if vocab is None:
             # The call resolve.resolve_config makes; the input's vocabulary was checked there.
-            vocab = vocabulary_of(self.namespace, tp)
+            vocab = vocabulary_of(self.namespace, tp, self.megatron)
             if vocab is None:
                 raise InvalidInput([Problem("unknown-vocab-size", self.raw.location("vocab_size"),
                                             "cannot tell the vocabulary size; pass --vocab-size")])
@@ -710,7 +714,7 @@ def layouts(inp, *, world_size: int, global_batch_size: int, environ: Mapping[st
     for tp, cp, pp, pipeline in run.families():
         ns = dict(run.namespace)
         ns.update(family_settings(tp, cp, pp, pipeline))
-        batches, namespaces = derive_batches(ns, batch_choices(space), world_size, {})
+        batches, namespaces = derive_batches(ns, batch_choices(space), world_size, {}, run.megatron)
         family = run.family(pp, pipeline, tp, namespaces[0])
         for ep, etp in run.expert_choices(tp):
             for do, mbs in batches:
