@@ -256,3 +256,16 @@ def test_unknown_release_is_exit_2():
     assert result.returncode == 2
     assert "not a supported release (supported: 0.14.0" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_evaluate_depends_only_on_its_arguments():
+    # Inputs read against 0.17.1 and main, evaluated interleaved: each verdict follows its own
+    # input's release (NullTokenizer: 128256 + 1 padded to 128384 rows through 0.17, 128256
+    # after), whatever was evaluated before it, and names that release.
+    from megatron_estimator.api import evaluate, input_from_flags
+    old, _ = input_from_flags(LLAMA3_8B, release="0.17.1")
+    new, _ = input_from_flags(LLAMA3_8B)
+    for inp, rows, label in ((old, 128384, "0.17.1"), (new, 128256, "main"), (old, 128384, "0.17.1")):
+        verdict = evaluate(inp, world_size=8)
+        assert verdict.estimate.total_parameters == _parameters(rows)
+        assert verdict.megatron.version == label

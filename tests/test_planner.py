@@ -534,3 +534,20 @@ def test_markdown_table_keeps_its_columns():
     for row in rows:
         cells = row.replace("\\|", "").split("|")
         assert len(cells) == len(COLUMNS) + 3        # the columns, the flags, and the two ends
+
+
+def test_plan_and_suggestions_leave_the_hosts_garbage_collector_alone(monkeypatch):
+    # A library call must not switch off the caller's cyclic garbage collector: gc.disable is
+    # replaced by a failure, and a plan and a refusal's suggestions still run.
+    import gc
+
+    def refuse():
+        raise AssertionError("gc.disable() called by the library")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    plan = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget="80GiB", environ={}, top=2)
+    assert plan.fitting > 0
+    verdict = api.evaluate(api.input_from_flags(flags(TINY_GPT, "--tensor-model-parallel-size 2"), environ={})[0],
+                           world_size=4, budget=1 << 20, environ={}, suggest=True)
+    assert verdict.estimate is not None and verdict.estimate.fits is False and verdict.suggestions is not None
+    assert gc.isenabled()

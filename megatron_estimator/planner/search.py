@@ -12,7 +12,6 @@ The result is a ``results.plan.Plan``.
 
 from __future__ import annotations
 
-import gc
 import math
 import operator
 import time
@@ -178,8 +177,7 @@ class _Search:
     def release(self) -> None:
         """Drop every cache and fit of the run.  The caches hold reference cycles (a layout's
         memory and its family's stage parts, the activations and the search): emptied here,
-        reference counting frees them at once, and the cyclic collector, off for the search,
-        has no hundreds of thousands of young objects to walk when it comes back on."""
+        reference counting frees them at once, without the cyclic collector."""
         for family in self._families.values():
             family.__dict__.clear()
         self.__dict__.clear()
@@ -604,12 +602,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     run = _Search(inp, world_size, global_batch_size, budget, budget_source, overheads, environ, space, proxy)
     if progress is not None:
         run.progress = _Progress(progress, clock, started)
-    # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
-    # built: the cyclic collector would only walk them again and again (a sixth of the run).
-    # It stays off until the run has released them (their reference cycles broken, reference
-    # counting frees them), so it does not walk them even once when it comes back on.
-    collecting = gc.isenabled()
-    gc.disable()
+    # The host's garbage collector is never switched off here: the run's caches hold reference
+    # cycles, which ``_Search.release`` breaks once the plan is built, so reference counting
+    # frees them at once.
     try:
         run.run()
         if run.valid == 0:
@@ -619,13 +614,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
 
         candidates = tuple(candidate(run, fit, verify) for fit in chosen)
         plan = _plan(run, chosen, candidates, space, proxy)
-        # Emptied while the collector is still off: reference counting frees the caches
-        # (``_Search.release``), so it finds no young objects to walk when it comes back.
         del chosen
-        run.release()
     finally:
-        if collecting:
-            gc.enable()
+        run.release()
     return replace(plan, seconds=clock() - started)
 
 

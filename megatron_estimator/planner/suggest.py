@@ -27,7 +27,6 @@ changed settings) and shown only when every stage fits there, with the normal pa
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -247,13 +246,7 @@ def _run(inp, current: _Current, estimate: Estimate, overheads, environ, space, 
          max_parallel_changes: int) -> SuggestionSearch:
     run = SuggestionSearch(inp, current, estimate.world_size, estimate.budget_bytes, estimate.budget_source or "",
                            overheads, environ, space, proxy, max_parallel_changes)
-    collecting = gc.isenabled()
-    gc.disable()          # as planner.search.search (the caller reads the run afterwards)
-    try:
-        run.run()
-    finally:
-        if collecting:
-            gc.enable()
+    run.run()
     return run
 
 
