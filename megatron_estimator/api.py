@@ -456,12 +456,11 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     except InvalidInput as err:
         argument_problems += err.problems
         budget = None
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
-        argument_problems.append(Problem("invalid-world-size", "world_size",
-                                         f"world_size must be a positive integer, not {world_size!r}"))
-        world_size = None
+    world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument",
+                                                              location="world_size")
+    argument_problems += world_problems
     inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None, release=release)
-    verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
+    verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
                        budget=budget, budget_source=budget_source, overheads=overheads,
                        environ=environ, problems=tuple(argument_problems) + tuple(problems))
     if verdict.estimate is None:
@@ -498,7 +497,7 @@ def _budget_source(budget: int | str) -> str:
 
 
 def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
-                   environ: Mapping[str, str] | None = None, say_launch: bool = False
+                   environ: Mapping[str, str] | None = None, say_launch: bool = False, location: str | None = None
                    ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
     """The world size to estimate on, where it came from, and any problem with it.
 
@@ -509,7 +508,12 @@ def world_size_for(inp: TrainingInput | None, given: int | None = None, given_so
     script's).  None of them: ``config.resolve`` takes the smallest world the layout needs
     (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
     input is not read yet, its own size is not asked).  ``say_launch``
-    (``run``): a given size's source also names what the launch command itself says."""
+    (``run``): a given size's source also names what the launch command itself says.  Every
+    front checks a given size here, the same way: one that is not a positive integer is an
+    ``invalid-world-size`` problem at ``location`` (default ``given_source``)."""
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        where = location or given_source or "--world-size"
+        return None, None, (Problem("invalid-world-size", where, f"{where} must be a positive integer, not {given!r}"),)
     if given is not None:
         source = given_source or "--world-size"
         if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
@@ -667,8 +671,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     clock = clock or time.perf_counter
     started = clock()
     problems: list[Problem] = []
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        problems.append(Problem("out-of-range", "--world-size", f"world size {world_size!r} must be a positive integer"))
+    problems += world_size_for(None, world_size, "--world-size")[2]
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         problems.append(Problem("out-of-range", "--global-batch-size",
                                 f"global batch size {global_batch_size!r} must be a positive integer"))

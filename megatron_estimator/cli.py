@@ -350,8 +350,10 @@ def cmd_run(ns, environ) -> int:
     settings, settings_problems, release = _options(ns, environ)
     inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags,
                                                release=release)
-    world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
-                                            say_launch=True)
+    world, world_source, world_problems = world_size_for(inp, ns.world_size,
+                                                         f"--world-size {ns.world_size} given to the estimator",
+                                                         say_launch=True, location="--world-size")
+    problems = tuple(problems) + world_problems
     options = _estimate_options(settings)
     if options["budget"] is None:
         # No budget from any source: the GPU of the machine the job starts on, from its driver.
@@ -427,9 +429,9 @@ def cmd_check(ns, environ) -> int:
             return inp, file_problems
 
         def check(inp, file_problems):
-            world, world_source, _ = world_size_for(inp, ns.world_size, ns.world_size_source)
+            world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source)
             return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                            problems=file_problems, suggest=True, **_estimate_options(settings))
+                            problems=tuple(file_problems) + world_problems, suggest=True, **_estimate_options(settings))
 
         inp, file_problems = read(chosen)
         try:

@@ -299,19 +299,13 @@ class MegatronMemory:
                              tuple(problems) + release_problems, environ, suggest, chosen)
 
     def _verdict(self, config, world_size, resolved, settings, problems, environ, suggest, release):
-        from megatron_estimator.api import evaluate, load_input, overheads_from_settings
+        from megatron_estimator.api import evaluate, load_input, overheads_from_settings, world_size_for
 
+        world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument")
         inp, input_problems = load_input(config, environ=environ, release=release)
-        problems = tuple(problems) + tuple(input_problems)
-        if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
-            from megatron_estimator.core.problems import Problem
-
-            problems += (Problem("invalid-world-size", "world_size argument",
-                                 f"world_size must be an int, not {type(world_size).__name__} {world_size!r}"),)
-            world_size = None
+        problems = tuple(problems) + world_problems + tuple(input_problems)
         # evaluate reports the input's problems with whatever validation finds in the rest.
-        verdict = evaluate(inp, world_size=world_size,
-                           world_size_source="world_size argument" if world_size is not None else None,
+        verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
                            budget=resolved.bytes, budget_source=resolved.source,
                            overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems,
                            suggest=suggest)

@@ -308,7 +308,7 @@ def test_invalid_input_reports_every_problem():
     with pytest.raises(InvalidInput) as err:
         api.plan(flags(TINY_GPT, "--num-layer 4"), world_size=0, global_batch_size=0, budget="80GiB", environ={})
     codes = sorted(p.code for p in err.value.problems)
-    assert codes == ["out-of-range", "out-of-range", "unknown-flag"]
+    assert codes == ["invalid-world-size", "out-of-range", "unknown-flag"]
     with pytest.raises(InvalidInput) as err:
         api.plan("llama3-8bb", world_size=8, global_batch_size=32, budget="80GiB", environ={})
     assert [p.code for p in err.value.problems] == ["unknown-preset"]
