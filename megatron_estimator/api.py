@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
+# The release a run is checked against (a ChosenRelease; the fronts pass it on as ``release=``),
+# and the one of the Megatron-LM tree a launch script runs.
+from megatron_estimator.inputs.release_choice import choose_megatron_release, launched_tree_release  # noqa: F401
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 
@@ -55,6 +59,16 @@ class TrainingInput:
     entry_dirs: tuple[str, ...] = ()    # where a relative entry script is looked for (a launch's)
     # The seed-style defaults this input took, in words (inputs/seed_options.py; with_options).
     defaults: tuple[str, ...] = ()
+    # The Megatron-LM release it was read against (its flags); evaluate checks it against the same.
+    release: ChosenRelease = DEFAULT_RELEASE
+
+
+def _release(release: ChosenRelease | str | None) -> ChosenRelease:
+    """A ``release=`` argument: a ``ChosenRelease``, a version (``"0.16"``), or None (main)."""
+    if release is None or isinstance(release, ChosenRelease):
+        return release or DEFAULT_RELEASE
+    from megatron_estimator.megatron.releases import release_of
+    return release_of(release, "release argument")
 
 
 def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str | None]) -> dict[str, str]:
@@ -81,17 +95,19 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                      locations: Sequence[str] | None = None, source: str = "command line",
                      entry_script: str | None = None, entry_location: str = "<command>",
                      entry_is_module: bool = False, entry_dirs: Sequence[str] = (),
-                     accept_flags: Sequence[str] = (), opaque: Sequence[int] = ()
-                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                     accept_flags: Sequence[str] = (), opaque: Sequence[int] = (),
+                     release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """Megatron flags, honouring ``--yaml-cfg`` (Megatron then ignores the other flags).
 
     ``entry_script``: the script they follow (named at ``entry_location``; a relative path is
     looked for under ``entry_dirs``): its own flags are read from it when it is readable
     (inputs/entry_script.py ``read_entry_argv``).  ``accept_flags``: option strings accepted
     as the entry script's own (the ``accept-flags`` setting).  ``opaque``: the indexes of tokens
-    not known statically (a launch script's, reported or noticed already; ``read_megatron_argv``)."""
+    not known statically (a launch script's, reported or noticed already; ``read_megatron_argv``).
+    ``release``: the Megatron release whose flags they are (``_release``)."""
     from megatron_estimator.inputs.argv import read_megatron_argv
 
+    release = _release(release)
     yaml_path = None
     if _mentions_yaml_cfg(argv) and any(token == "--yaml-cfg" or token.startswith("--yaml-cfg=") for token in argv):
         from megatron_estimator.inputs.megatron_yaml import yaml_cfg_path
@@ -112,7 +128,8 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
             from megatron_estimator.inputs.entry_script import EntryScript
 
             entry = EntryScript(entry_script, entry_location, entry_is_module)
-        return (TrainingInput(loaded.raw, source=f"{source} (--yaml-cfg {yaml_path})", notes=notes, entry=entry),
+        return (TrainingInput(loaded.raw, source=f"{source} (--yaml-cfg {yaml_path})", notes=notes, entry=entry,
+                              release=release),
                 tuple(loaded.problems))
     locations = list(locations) if locations else None
     if entry_script is not None:
@@ -121,31 +138,33 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
         raw, problems, entry = read_entry_argv(list(argv), script=entry_script, script_location=entry_location,
                                                is_module=entry_is_module, base_dirs=entry_dirs,
                                                locations=locations, source=source, accepted=accept_flags,
-                                               opaque=opaque)
-        return TrainingInput(raw, source=source, entry=entry), tuple(problems)
+                                               opaque=opaque, release=release.version)
+        return TrainingInput(raw, source=source, entry=entry, release=release), tuple(problems)
     reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,
-                                 opaque=opaque)
-    return TrainingInput(reading.raw, source=source), reading.problems
+                                 opaque=opaque, release=release.version)
+    return TrainingInput(reading.raw, source=source, release=release), reading.problems
 
 
 def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
-                     environ: Mapping[str, str] | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                     environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None
+                     ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A HuggingFace config.json (``--hf-config``: a local file or directory, an inline JSON
     object or a hub model id, ``inputs/hf/source.py``) or a named preset (``--model``) supplies the
     architecture; Megatron flags add to it or override it.  The notes show the flags the
     architecture maps to, so the user sees what was assumed."""
+    release = _release(release)
     if hf_config is not None:
         from megatron_estimator.inputs.hf import load_hf_config
         from megatron_estimator.inputs.hf.source import INLINE
 
-        imported = load_hf_config(hf_config)
+        imported = load_hf_config(hf_config, release.version)
         label = f"--hf-config {INLINE if imported.source == INLINE else hf_config}"
     else:
         from megatron_estimator.inputs.presets import load_preset
 
-        imported = load_preset(model)
+        imported = load_preset(model, release.version)
         label = f"--model {model}"
-    flag_input, flag_problems = input_from_flags(flags, environ=environ) if flags else (
+    flag_input, flag_problems = input_from_flags(flags, environ=environ, release=release) if flags else (
         TrainingInput(RawArgs(), source="command line"), ())
     raw = imported.raw.merged(flag_input.raw) if flag_input.raw.settings else imported.raw
     if imported.problems:
@@ -158,7 +177,7 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
         notes.append("the command line overrides " + ", ".join("--" + d.replace("_", "-") for d in overridden))
     notes.extend(note.message for note in imported.notes)
     source = label if not flags else f"{label} + command line"
-    return (TrainingInput(raw, source=source, notes=tuple(notes) + flag_input.notes),
+    return (TrainingInput(raw, source=source, notes=tuple(notes) + flag_input.notes, release=release),
             tuple(imported.problems) + tuple(flag_problems))
 
 
@@ -176,10 +195,10 @@ def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Seque
     problems = tuple(problems)
     if problems and not inp.raw.settings:
         return inp, problems        # the input could not be read: its own problems are the answer
-    raw, option_problems = read_options(options)
+    raw, option_problems = read_options(options, inp.release.version)
     problems += option_problems
     if flags and raw.settings:
-        given, _ = input_from_flags(list(flags), environ=environ)
+        given, _ = input_from_flags(list(flags), environ=environ, release=inp.release)
         problems += conflicts(raw, given.raw)
     merged = replace(inp.raw.merged(raw), source=inp.raw.source) if raw.settings else inp.raw
     defaults: tuple[str, ...] = ()
@@ -196,7 +215,8 @@ def _default_words(inp: TrainingInput, world_size_source: str | None) -> tuple[s
 
 
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
-                      accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+                      accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
+                      ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     """A launch command (torchrun ... pretrain_gpt.py --flags): (input, problems, LaunchCommand).
     The entry script is looked for relative to the working directory."""
     from megatron_estimator.inputs.entry_script import base_directories, entry_script_location
@@ -206,44 +226,47 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     env = dict(os.environ if environ is None else environ)
     command, problems = parse_launch_command(list(argv), env)
     if command.script is None:
-        return TrainingInput(RawArgs(), source="launch command"), tuple(problems), command
+        return TrainingInput(RawArgs(), source="launch command", release=_release(release)), tuple(problems), command
     inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
                                           locations=command.megatron_locations, source=command.script,
                                           entry_script=command.script,
                                           entry_location=entry_script_location(command.locations, command.script_index,
                                                                                command.script),
                                           entry_is_module=command.script_is_module,
-                                          entry_dirs=base_directories(env), accept_flags=accept_flags)
+                                          entry_dirs=base_directories(env), accept_flags=accept_flags, release=release)
     inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
                   environment=command.environment_dict, job_environment=True,
                   world_size_unknown=unknown_world_size_problem(command) if command.world_size is None else None)
     return inp, tuple(problems) + flag_problems, command
 
 
-def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping") -> tuple[TrainingInput, tuple[Problem, ...]]:
+def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", release: ChosenRelease | str | None = None
+                       ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values."""
     from megatron_estimator.megatron.flags import closest_flags, flag_table
 
-    table = flag_table()
+    release = _release(release)
+    table = flag_table(release.version)
     problems = ProblemCollector()
     out: dict[str, RawSetting] = {}
     for key, value in settings.items():
         spec = table.by_option(key) if str(key).startswith("-") else table.by_dest(str(key))
         if spec is None:
             option = key if str(key).startswith("-") else "--" + str(key).replace("_", "-")
-            hint = closest_flags(option)
+            hint = closest_flags(option, release=release.version)
             problems.add("unknown-flag", str(key), f"unknown Megatron setting {key!r}"
                          + (f"; did you mean {', '.join(hint)}?" if hint else ""))
             continue
         if spec.action == "store_false" and str(key).startswith("-") and isinstance(value, bool):
             value = not value  # '--no-x': True means the dest is False
         out[spec.dest] = RawSetting(spec.dest, value, f"{source}[{key!r}]")
-    return TrainingInput(RawArgs(out, source=source), source=source), problems.problems
+    return TrainingInput(RawArgs(out, source=source), source=source, release=release), problems.problems
 
 
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
                     script_args: Sequence[str] | None = None, world_size_given: bool = False,
-                    accept_flags: Sequence[str] = ()) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                    accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
+                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json.
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
@@ -254,17 +277,18 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
 
     from megatron_estimator.core.resources import path_string
 
-    name = str(path)
+    name, release = str(path), _release(release)
     if not os.path.exists(path_string(path)):
-        return TrainingInput(RawArgs(), source=name), (Problem("file-not-found", name, "no such file"),)
+        return TrainingInput(RawArgs(), source=name, release=release), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)
-    loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given))
+    loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given,
+                                         release=release.version))
     if loaded.flags is None:
         return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
                               world_size_source=loaded.world_size_source, environment=loaded.environment,
                               notes=loaded.notes, job_environment=loaded.job_environment,
-                              world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
-                loaded.problems)
+                              world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location,
+                              release=release), loaded.problems)
     # A launch: its Megatron flags are read as flags are, in the environment the job gets.
     from megatron_estimator.inputs.entry_script import base_directories
 
@@ -276,7 +300,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                                           entry_location=loaded.entry_location or loaded.launch_location or name,
                                           entry_is_module=loaded.entry_is_module,
                                           entry_dirs=dirs, accept_flags=accept_flags,
-                                          opaque=tuple(loaded.opaque_flags))
+                                          opaque=tuple(loaded.opaque_flags), release=release)
     return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source, entry_dirs=dirs,
                     notes=loaded.notes + inp.notes,
                     environment=loaded.environment, job_environment=loaded.job_environment,
@@ -284,18 +308,19 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
             loaded.problems + flag_problems)
 
 
-def input_from_log(path: str | os.PathLike) -> tuple[TrainingInput, tuple[Problem, ...]]:
+def input_from_log(path: str | os.PathLike, release: ChosenRelease | str | None = None
+                   ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
-    inp, problems, _ = _log_input(path)
+    inp, problems, _ = _log_input(path, _release(release))
     return inp, problems
 
 
-def _log_input(path) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
+def _log_input(path, release: ChosenRelease) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
     from megatron_estimator.inputs.megatron_log import read_megatron_log
 
-    log = read_megatron_log(path)
+    log = read_megatron_log(path, release.version)
     inp = TrainingInput(log.raw, source=str(path), world_size=log.world_size,
-                        world_size_source=log.world_size_location, notes=log.notes)
+                        world_size_source=log.world_size_location, notes=log.notes, release=release)
     return inp, log.problems, log
 
 
@@ -304,6 +329,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
              suggest: bool = False, fits_on: bool = True) -> Verdict:
     """Validate and estimate one input; never raises for bad input (the verdict holds the problems).
+    It is checked against the release it was read for (``inp.release``, named as ``Verdict.megatron``).
 
     A refused input's verdict keeps the input's notices (``Verdict.notes``: the unknown values
     it assumed, each with its file:line), which a valid one states among its assumptions.
@@ -331,13 +357,13 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     notices = tuple(a.text for a in said) + inp.notes
     if problems and not inp.raw.settings:
         if inp.entry is None:
-            return Verdict(inp.source, problems=tuple(problems), notes=notices)
+            return Verdict(inp.source, megatron=inp.release, problems=tuple(problems), notes=notices)
         # A launch of a family the estimator does not model is refused as such, whatever else.
         from megatron_estimator.config.family import unsupported_model
 
         refusal = unsupported_model(family)
-        return Verdict(inp.source, problems=tuple(problems) + ((refusal,) if refusal else ()), family=family,
-                       notes=notices)
+        return Verdict(inp.source, megatron=inp.release, problems=tuple(problems) + ((refusal,) if refusal else ()),
+                       family=family, notes=notices)
     env = _environment(environ, inp.environment)
     if world_size is None:
         world_size, world_size_source = inp.world_size, inp.world_size_source
@@ -349,7 +375,8 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         return resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source, environ=env,
                               compute_capability=compute_capability, flash_attn=overheads.flash_attn,
                               resume=overheads.resume, transformer_engine=overheads.transformer_engine,
-                              launch_location=inp.launch_location, job_environment=inp.job_environment, family=family)
+                              launch_location=inp.launch_location, job_environment=inp.job_environment, family=family,
+                              release=inp.release)
 
     try:
         config = resolve(overheads.compute_capability if overheads.gpu_known else None)
@@ -360,12 +387,12 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         found = tuple(p for p in err.problems if p not in problems and p.location not in reported)
         # An unsupported model family is said first: the rest is only what its command line holds.
         refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
-        return Verdict(inp.source, problems=refusals + tuple(problems) + tuple(p for p in found if p not in refusals),
-                       family=family, notes=notices)
+        problems = refusals + tuple(problems) + tuple(p for p in found if p not in refusals)
+        return Verdict(inp.source, megatron=inp.release, problems=problems, family=family, notes=notices)
     if problems:
         # The input had problems of its own (an unknown flag, a bad value): report them, with
         # whatever validation found in the rest, instead of an estimate of something else.
-        return Verdict(inp.source, problems=tuple(problems), family=family, notes=notices)
+        return Verdict(inp.source, megatron=inp.release, problems=tuple(problems), family=family, notes=notices)
     if inp.notes:
         config = replace(config, notes=config.notes + inp.notes)
     result = estimate_memory(config, budget=budget, budget_source=budget_source,
@@ -376,9 +403,9 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
 
         result = replace(result, catalog_fit=catalog_fit(result, resolve, overheads, env))
     if suggest and result.fits is False:
-        return Verdict(inp.source, estimate=result, family=family,
+        return Verdict(inp.source, megatron=inp.release, estimate=result, family=family,
                        suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
-    return Verdict(inp.source, estimate=result, family=family)
+    return Verdict(inp.source, megatron=inp.release, estimate=result, family=family)
 
 
 def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
@@ -400,21 +427,28 @@ def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
     return suggest(inp, refused, overheads=overheads, environ=env, verify=verifier)
 
 
-def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False
-               ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False,
+               release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     if isinstance(config, (str, os.PathLike)) and not str(config).startswith("-"):
-        return input_from_file(config, environ=environ, world_size_given=world_size_given)
+        return input_from_file(config, environ=environ, world_size_given=world_size_given, release=release)
     if isinstance(config, Mapping):
-        return input_from_mapping(config)
+        return input_from_mapping(config, release=release)
     if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
-        return input_from_flags([str(x) for x in config], environ=environ)
+        return input_from_flags([str(x) for x in config], environ=environ, release=release)
     raise TypeError(f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")
 
 
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
-             environ: Mapping[str, str] | None = None, overheads=None) -> Estimate:
-    """Estimate per-stage memory; raises InvalidInput with every problem found."""
+             environ: Mapping[str, str] | None = None, overheads=None,
+             release: ChosenRelease | str | None = None) -> Estimate:
+    """Estimate per-stage memory against ``release`` (a version such as ``"0.16"``, a
+    ``ChosenRelease``, or None: main); raises InvalidInput with every problem found."""
     argument_problems: list[Problem] = []
+    try:
+        release = _release(release)
+    except ValueError as err:
+        argument_problems.append(Problem("unknown-megatron-release", "release", str(err)))
+        release = DEFAULT_RELEASE
     budget_source = None
     try:
         if budget is not None:
@@ -422,12 +456,11 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     except InvalidInput as err:
         argument_problems += err.problems
         budget = None
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
-        argument_problems.append(Problem("invalid-world-size", "world_size",
-                                         f"world_size must be a positive integer, not {world_size!r}"))
-        world_size = None
-    inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None)
-    verdict = evaluate(inp, world_size=world_size, world_size_source="world_size argument" if world_size else None,
+    world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument",
+                                                              location="world_size")
+    argument_problems += world_problems
+    inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None, release=release)
+    verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
                        budget=budget, budget_source=budget_source, overheads=overheads,
                        environ=environ, problems=tuple(argument_problems) + tuple(problems))
     if verdict.estimate is None:
@@ -464,7 +497,7 @@ def _budget_source(budget: int | str) -> str:
 
 
 def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
-                   environ: Mapping[str, str] | None = None, say_launch: bool = False
+                   environ: Mapping[str, str] | None = None, say_launch: bool = False, location: str | None = None
                    ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
     """The world size to estimate on, where it came from, and any problem with it.
 
@@ -475,7 +508,12 @@ def world_size_for(inp: TrainingInput | None, given: int | None = None, given_so
     script's).  None of them: ``config.resolve`` takes the smallest world the layout needs
     (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
     input is not read yet, its own size is not asked).  ``say_launch``
-    (``run``): a given size's source also names what the launch command itself says."""
+    (``run``): a given size's source also names what the launch command itself says.  Every
+    front checks a given size here, the same way: one that is not a positive integer is an
+    ``invalid-world-size`` problem at ``location`` (default ``given_source``)."""
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        where = location or given_source or "--world-size"
+        return None, None, (Problem("invalid-world-size", where, f"{where} must be a positive integer, not {given!r}"),)
     if given is not None:
         source = given_source or "--world-size"
         if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
@@ -582,9 +620,9 @@ def exec_launch(command: Any) -> None:
 
 
 def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
-               hf_config: str | None = None, environ: Mapping[str, str] | None = None
-               ) -> tuple[TrainingInput, tuple[Problem, ...]]:
-    """The model as a ``TrainingInput``: Megatron flags, a mapping, a file (seed or Megatron
+               hf_config: str | None = None, environ: Mapping[str, str] | None = None,
+               release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
+    """The model as a ``TrainingInput`` (read against ``release``; a ``TrainingInput`` keeps its own): Megatron flags, a mapping, a file (seed or Megatron
     YAML, launch script, HF config.json), a ``TrainingInput``, or a preset (``preset=``, or
     ``model`` a string that is no existing path, path separator or file suffix: ``deepseek-v3``)
     or a HF config (``hf_config=``).  ``extra_flags`` (Megatron flags) add to it or override
@@ -595,15 +633,16 @@ def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: st
             and not model.endswith((".json", ".yaml", ".yml", ".sh", ".toml"))):
         preset = model
     if preset is not None or hf_config is not None:
-        return input_from_model(list(extra_flags), hf_config=hf_config, model=preset, environ=environ)
+        return input_from_model(list(extra_flags), hf_config=hf_config, model=preset, environ=environ,
+                                release=release)
     if model is None:
-        return input_from_flags(list(extra_flags), environ=environ)
+        return input_from_flags(list(extra_flags), environ=environ, release=release)
     if isinstance(model, TrainingInput):
         inp, problems = model, ()
     else:
-        inp, problems = load_input(model, environ=environ)
+        inp, problems = load_input(model, environ=environ, release=release)
     if extra_flags:
-        flag_input, flag_problems = input_from_flags(list(extra_flags), environ=environ)
+        flag_input, flag_problems = input_from_flags(list(extra_flags), environ=environ, release=inp.release)
         inp = replace(inp, raw=inp.raw.merged(flag_input.raw), source=f"{inp.source} + command line")
         problems = tuple(problems) + tuple(flag_problems)
     return inp, tuple(problems)
@@ -613,7 +652,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
          budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
          preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
          space=None, proxy=None, overheads=None, environ: Mapping[str, str] | None = None, verify: bool = True,
-         progress=None, clock=None):
+         progress=None, clock=None, release: ChosenRelease | str | None = None):
     """Every layout of the model (``plan_input``) on ``world_size`` GPUs that Megatron accepts
     and that fits the budget (bytes, a size such as ``"80GiB"``, or the capacity of ``gpu``),
     ranked by the throughput proxy (``planner.search``): a ``results.plan.Plan``.  The best
@@ -632,8 +671,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     clock = clock or time.perf_counter
     started = clock()
     problems: list[Problem] = []
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        problems.append(Problem("out-of-range", "--world-size", f"world size {world_size!r} must be a positive integer"))
+    problems += world_size_for(None, world_size, "--world-size")[2]
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         problems.append(Problem("out-of-range", "--global-batch-size",
                                 f"global batch size {global_batch_size!r} must be a positive integer"))
@@ -655,7 +693,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     elif gpu is None:
         problems.append(Problem("missing-budget", "--budget", "the planner needs a budget: --budget SIZE or --gpu NAME"))
     inp, input_problems = plan_input(model, extra_flags=extra_flags, preset=preset, hf_config=hf_config,
-                                     environ=environ)
+                                     environ=environ, release=release)
     problems += input_problems
     from megatron_estimator.config.family import family_refusal
 
@@ -689,13 +727,13 @@ def search_space(**bounds):
 
 
 def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
-                    space=None, environ: Mapping[str, str] | None = None):
+                    space=None, environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None):
     """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
     (``planner.search.layouts``)."""
     from megatron_estimator.config.family import family_refusal
     from megatron_estimator.planner.search import layouts
 
-    inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ)
+    inp, problems = plan_input(model, extra_flags=extra_flags, environ=environ, release=release)
     problems = tuple(problems) + family_refusal(inp.raw, inp.entry)
     if problems:
         raise InvalidInput(problems)
@@ -705,7 +743,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
 
 def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
                 budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
-                suggest_settings: bool = False):
+                suggest_settings: bool = False, release: ChosenRelease | str | None = None):
     """A Megatron training log against the estimate of the configuration it logged.
 
     The configuration is rebuilt from the log's arguments block and estimated through
@@ -722,7 +760,7 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     if not os.path.exists(path_string(path)):
         verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
         return comparison.LogComparison(name, verdict)
-    inp, problems, log = _log_input(path)
+    inp, problems, log = _log_input(path, _release(release))
     notes: list[str] = []
     if budget is None and log.out_of_memory:
         budget = max(o.total_capacity for o in log.out_of_memory)
@@ -753,39 +791,6 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
         suggested = comparison.suggest_settings(log, ranks, count, overheads.cuda_context_bytes,
                                                 overheads.nccl_bytes_per_communicator, overheads.fragmentation)
     return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))
-
-
-def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
-                            launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
-                            select: bool = True, given_source: str = "--megatron-version",
-                            environment_is_jobs: bool = False):
-    """The Megatron release a run is checked against (a ``ChosenRelease``), in the order
-    ``inputs/release_choice.py`` gives; ``ValueError`` names the supported releases."""
-    from megatron_estimator.inputs.release_choice import choose_megatron_release as choose
-
-    return choose(given, environ, launch=launch, setting=setting, select=select, given_source=given_source,
-                  environment_is_jobs=environment_is_jobs)
-
-
-def chosen_megatron_release():
-    """The ``ChosenRelease`` every lookup answers for now."""
-    from megatron_estimator.megatron.releases import chosen_release
-
-    return chosen_release()
-
-
-def launched_tree_release(inp: TrainingInput):
-    """The release of the Megatron-LM tree a launch script runs, or None."""
-    from megatron_estimator.inputs.release_choice import launched_tree_release as tree_release
-
-    return tree_release(inp)
-
-
-def checking_against(chosen):
-    """``with checking_against(chosen):`` checks against ``chosen`` inside the block."""
-    from megatron_estimator.megatron.releases import using_release
-
-    return using_release(chosen)
 
 
 def megatron_release_label(text: str) -> tuple[str, str]:

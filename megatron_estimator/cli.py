@@ -273,8 +273,7 @@ def _options(ns: argparse.Namespace, environ):
         "megatron-version": getattr(ns, "megatron_version", None),
     }
     settings, problems = load_settings({k: v for k, v in cli_values.items() if v is not None}, environ=environ)
-    _choose_release(ns, settings)
-    return settings, problems
+    return settings, problems, _choose_release(ns, settings)
 
 
 def _estimate_options(settings) -> dict:
@@ -296,14 +295,15 @@ def _render(verdicts, fmt: str, verbose: bool = False) -> str:
 
 
 def _settings(ns: argparse.Namespace, environ, stream):
-    """(settings, None), or (settings, exit code) after reporting bad settings on ``stream``."""
+    """(settings, release, None), or (settings, release, exit code) after reporting bad settings
+    on ``stream``."""
     from megatron_estimator.api import Verdict
 
-    settings, problems = _options(ns, environ)
+    settings, problems, release = _options(ns, environ)
     if not problems:
-        return settings, None
+        return settings, release, None
     _emit(_render([Verdict("megatron-estimator settings", problems=tuple(problems))], settings.format), stream)
-    return settings, EXIT_INVALID
+    return settings, release, EXIT_INVALID
 
 
 def _with_settings_problems(verdict, problems):
@@ -320,15 +320,16 @@ def cmd_estimate(ns, environ) -> int:
     from megatron_estimator.api import evaluate, input_from_flags, input_from_model, with_options, world_size_for
 
     options = _seed_values(ns)
-    settings, settings_problems = _options(ns, environ)
+    settings, settings_problems, release = _options(ns, environ)
     args = _strip_separator(ns.megatron_args)
     if ns.hf_config or ns.model:
-        inp, problems = input_from_model(args, hf_config=ns.hf_config, model=ns.model, environ=environ)
+        inp, problems = input_from_model(args, hf_config=ns.hf_config, model=ns.model, environ=environ,
+                                         release=release)
     elif not args:
         raise UsageError("give Megatron flags after '--' (e.g. estimate -- --num-layers 32 ...), "
                          "or --model / --hf-config")
     else:
-        inp, problems = input_from_flags(args, environ=environ)
+        inp, problems = input_from_flags(args, environ=environ, release=release)
     # Asked in the seed's style (no Megatron flags after '--'): the seed's defaults.
     inp, problems = with_options(inp, problems, options, flags=args, seed_style=not args, environ=environ)
     world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source, environ=environ)
@@ -346,10 +347,13 @@ def cmd_run(ns, environ) -> int:
     argv = _strip_separator(ns.launch)
     if not argv:
         raise UsageError("give the launch command after '--', e.g. run -- torchrun ... pretrain_gpt.py ...")
-    settings, settings_problems = _options(ns, environ)
-    inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags)
-    world, world_source, _ = world_size_for(inp, ns.world_size, f"--world-size {ns.world_size} given to the estimator",
-                                            say_launch=True)
+    settings, settings_problems, release = _options(ns, environ)
+    inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags,
+                                               release=release)
+    world, world_source, world_problems = world_size_for(inp, ns.world_size,
+                                                         f"--world-size {ns.world_size} given to the estimator",
+                                                         say_launch=True, location="--world-size")
+    problems = tuple(problems) + world_problems
     options = _estimate_options(settings)
     if options["budget"] is None:
         # No budget from any source: the GPU of the machine the job starts on, from its driver.
@@ -399,11 +403,11 @@ def _launch(command) -> int:
 def cmd_check(ns, environ) -> int:
     from dataclasses import replace
 
-    from megatron_estimator.api import (Verdict, checking_against, chosen_megatron_release, evaluate, input_from_file,
-                                        launched_tree_release, not_a_training_input, with_options, world_size_for)
+    from megatron_estimator.api import (Verdict, evaluate, input_from_file, launched_tree_release,
+                                        not_a_training_input, with_options, world_size_for)
 
     options = _seed_values(ns)
-    settings, settings_problems = _options(ns, environ)
+    settings, settings_problems, chosen = _options(ns, environ)
     fmt = settings.format
     # Bad settings are reported first, and the files are still checked (with each bad setting's
     # next source): every problem at once.
@@ -413,10 +417,10 @@ def cmd_check(ns, environ) -> int:
         if skipped is not None:
             _emit(f"megatron-estimator check: skipped {path}: {skipped}\n", sys.stderr)
             continue
-        def read():
+        def read(release):
             inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
                                                  world_size_given=ns.world_size is not None,
-                                                 accept_flags=settings.accept_flags)
+                                                 accept_flags=settings.accept_flags, release=release)
             if getattr(ns, "megatron_flags", None):
                 inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)
             if options:
@@ -425,11 +429,11 @@ def cmd_check(ns, environ) -> int:
             return inp, file_problems
 
         def check(inp, file_problems):
-            world, world_source, _ = world_size_for(inp, ns.world_size, ns.world_size_source)
+            world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source)
             return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                            problems=file_problems, suggest=True, **_estimate_options(settings))
+                            problems=tuple(file_problems) + world_problems, suggest=True, **_estimate_options(settings))
 
-        inp, file_problems = read()
+        inp, file_problems = read(chosen)
         try:
             tree = None if _release_given(settings) else launched_tree_release(inp)
         except ValueError as error:     # the launched tree states a release the estimator does not know
@@ -445,11 +449,9 @@ def cmd_check(ns, environ) -> int:
             continue
         # The Megatron-LM tree the script launches says its release: this file is read and
         # checked against it (its flags too), and its report names it.
-        again = tree.version != chosen_megatron_release().version
-        with checking_against(tree):
-            if again:
-                inp, file_problems = read()
-            verdicts.append(replace(check(inp, file_problems), megatron=tree))
+        inp, file_problems = read(tree) if tree.version != chosen.version else (replace(inp, release=tree),
+                                                                                  file_problems)
+        verdicts.append(check(inp, file_problems))
         if tree.warning:
             sys.stderr.write(f"megatron-estimator: warning: {path}: {tree.warning}\n")
     if ns.summary:                 # the reports, then one table across the files (not the settings)
@@ -474,7 +476,7 @@ def _with_flags(inp, problems, flags, environ, settings):
     from dataclasses import replace
 
     given, flag_problems = input_from_flags(list(flags), environ=environ, source="the flags after --",
-                                            accept_flags=settings.accept_flags)
+                                            accept_flags=settings.accept_flags, release=inp.release)
     return replace(inp, raw=inp.raw.merged(given.raw)), tuple(problems) + tuple(flag_problems)
 
 
@@ -527,7 +529,7 @@ def cmd_plan(ns, environ) -> int:
     from megatron_estimator.core.problems import InvalidInput, Problem
     from megatron_estimator.report.plan import RENDERERS, render_invalid
 
-    settings, failed = _settings(ns, environ, sys.stdout)
+    settings, release, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:
         return failed
     fmt = settings.format
@@ -542,7 +544,8 @@ def cmd_plan(ns, environ) -> int:
     gbs = ns.global_batch_size
     if world is None or gbs is None:
         # The input may say: a launch script or seed YAML gives the world size, the flags the batch.
-        inp, _ = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config, environ=environ)
+        inp, _ = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config, environ=environ,
+                            release=release)
         world = world if world is not None else inp.world_size
         if gbs is None and inp.raw.given("global_batch_size"):
             gbs = inp.raw.value("global_batch_size")
@@ -562,7 +565,7 @@ def cmd_plan(ns, environ) -> int:
         result = plan(path, world_size=world, global_batch_size=gbs, budget=settings.budget,
                       budget_source=settings.source("budget"), extra_flags=flags, preset=ns.model,
                       hf_config=ns.hf_config, top=ns.top, space=space, overheads=overheads_from_settings(settings),
-                      environ=environ, progress=progress)
+                      environ=environ, progress=progress, release=release)
     except InvalidInput as err:
         progress.finish()
         _emit(render_invalid(err.problems, fmt, searched=getattr(err, "searched", 0)), sys.stdout)
@@ -576,12 +579,12 @@ def cmd_compare(ns, environ) -> int:
     from megatron_estimator.api import compare_log
     from megatron_estimator.report.compare import RENDERERS
 
-    settings, failed = _settings(ns, environ, sys.stdout)
+    settings, release, failed = _settings(ns, environ, sys.stdout)
     if failed is not None:
         return failed
     options = _estimate_options(settings)
     result = compare_log(ns.log, world_size=ns.world_size, environ=environ,
-                         suggest_settings=ns.suggest_settings, **options)
+                         suggest_settings=ns.suggest_settings, release=release, **options)
     _emit(RENDERERS[settings.format](result), sys.stdout)
     return result.exit_code
 
@@ -592,8 +595,9 @@ def _release_given(settings) -> bool:
     return settings.entry("megatron-version").given
 
 
-def _choose_release(ns, settings) -> None:
-    """The Megatron release every later lookup answers for, first match wins: --megatron-version,
+def _choose_release(ns, settings):
+    """The Megatron release (a ``ChosenRelease``) the command reads and checks against, first
+    match wins: --megatron-version,
     the megatron-version setting (MEGATRON_ESTIMATOR_MEGATRON_VERSION, a config file), the
     package_info.py of the Megatron-LM tree holding the launched script (or on the job's
     PYTHONPATH), for ``run`` only (the environment is the job's) the installed megatron-core's
@@ -613,6 +617,7 @@ def _choose_release(ns, settings) -> None:
         raise UsageError(str(err)) from None
     if chosen.warning:
         sys.stderr.write(f"megatron-estimator: warning: {chosen.warning}\n")
+    return chosen
 
 
 def _before_separator(tokens):

@@ -54,8 +54,8 @@ the job's ``PYTHONPATH`` (``environ=``, else ``os.environ``); the ``megatron_ver
 option; the ``megatron-version`` setting (``MEGATRON_ESTIMATOR_MEGATRON_VERSION``, then a
 config file); a NeMo container tag (``nvcr.io/nvidia/nemo:YY.MM``) in a launch script given as
 ``config``; else ``main`` (the installed megatron-core is not consulted).
-``megatron_memory.megatron_release(megatron_version=None, config=None, environ=None)`` returns that ``ChosenRelease``; the choice holds during the call only (the
-process's release is restored after it, so a ``Verdict`` rendered later names the process's).
+``megatron_memory.megatron_release(megatron_version=None, config=None, environ=None)`` returns that ``ChosenRelease``; each call passes its release to the reading and the check
+(``TrainingInput.release``), and its ``Verdict`` names it.
 
 Within one place a budget outweighs a GPU; a GPU named in a higher place outweighs a budget in
 a lower one, as in ``megatron_estimator.settings``.  The GPU in force (the first named, in the
@@ -293,28 +293,19 @@ class MegatronMemory:
         With ``suggest``, a refusal carries the nearest changes that fit (``Verdict.suggestions``).
         ``megatron_version`` names the Megatron-LM release to check against (see the module
         docstring for where it comes from otherwise)."""
-        from megatron_estimator.api import checking_against
-
         resolved, settings, problems = self._resolve(budget, environ)
         chosen, release_problems = self._release(megatron_version, environ, settings, config)
-        with checking_against(chosen):
-            return self._verdict(config, world_size, resolved, settings,
-                                 tuple(problems) + release_problems, environ, suggest)
+        return self._verdict(config, world_size, resolved, settings,
+                             tuple(problems) + release_problems, environ, suggest, chosen)
 
-    def _verdict(self, config, world_size, resolved, settings, problems, environ, suggest):
-        from megatron_estimator.api import evaluate, load_input, overheads_from_settings
+    def _verdict(self, config, world_size, resolved, settings, problems, environ, suggest, release):
+        from megatron_estimator.api import evaluate, load_input, overheads_from_settings, world_size_for
 
-        inp, input_problems = load_input(config, environ=environ)
-        problems = tuple(problems) + tuple(input_problems)
-        if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
-            from megatron_estimator.core.problems import Problem
-
-            problems += (Problem("invalid-world-size", "world_size argument",
-                                 f"world_size must be an int, not {type(world_size).__name__} {world_size!r}"),)
-            world_size = None
+        world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument")
+        inp, input_problems = load_input(config, environ=environ, release=release)
+        problems = tuple(problems) + world_problems + tuple(input_problems)
         # evaluate reports the input's problems with whatever validation finds in the rest.
-        verdict = evaluate(inp, world_size=world_size,
-                           world_size_source="world_size argument" if world_size is not None else None,
+        verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
                            budget=resolved.bytes, budget_source=resolved.source,
                            overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems,
                            suggest=suggest)
@@ -345,14 +336,11 @@ class MegatronMemory:
                     environ: Mapping[str, str] | None = None, megatron_version: str | None = None):
         """Fail the test unless every pipeline stage fits the budget; returns the Estimate."""
         __tracebackhide__ = True
-        from megatron_estimator.api import checking_against
-
         resolved, settings, problems = self._resolve(budget, environ)
         chosen, release_problems = self._release(megatron_version, environ, settings, config)
-        with checking_against(chosen):      # the report in the message names the same release
-            verdict = self._verdict(config, world_size, resolved, settings,
-                                    tuple(problems) + release_problems, environ, True)
-            return self._judge(verdict)
+        verdict = self._verdict(config, world_size, resolved, settings,
+                                tuple(problems) + release_problems, environ, True, chosen)
+        return self._judge(verdict)
 
     def _judge(self, verdict):
         __tracebackhide__ = True
@@ -393,11 +381,10 @@ class MegatronMemory:
         try:
             launch = [os.fspath(config)] if isinstance(config, (str, os.PathLike)) else ()
             return choose_megatron_release(given, os.environ if environ is None else environ, launch=launch,
-                                           setting=setting, select=False,
-                                           given_source=given_source or "--megatron-version"), ()
+                                           setting=setting, given_source=given_source or "--megatron-version"), ()
         except ValueError as error:
             where = given_source or "megatron version"
-            return choose_megatron_release(None, {}, select=False), (
+            return choose_megatron_release(None, {}), (
                 Problem("unknown-megatron-version", where, str(error)),)
 
 

@@ -50,19 +50,23 @@ def flags(text: str, extra: str = "") -> list[str]:
     return shlex.split(text + " " + extra)
 
 
-def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: str = ""):
+def resolve(text: str, world_size: int = 1, environ: dict | None = None, extra: str = "", release: str = "main"):
+    """The EstimatorConfig of Megatron flags ``text``, read and checked against ``release``."""
     from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.megatron.releases import release_of
 
-    raw, problems = parse_megatron_argv(flags(text, extra))
+    raw, problems = parse_megatron_argv(flags(text, extra), release=release)
     assert not problems, problems
-    return resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {})
+    return resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {},
+                          release=release_of(release, "test"))
 
 
-def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None = None, environ: dict | None = None):
+def estimate(text: str, world_size: int = 1, extra: str = "", budget: int | None = None, environ: dict | None = None,
+             release: str = "main"):
     from megatron_estimator.results.estimate import build_estimate as run
 
-    return run(resolve(text, world_size, environ, extra), budget=budget, environ=environ or {})
+    return run(resolve(text, world_size, environ, extra, release), budget=budget, environ=environ or {})
 
 
 def model_caches() -> list:
@@ -75,17 +79,19 @@ def model_caches() -> list:
             and getattr(o, "__module__", "").startswith("megatron_estimator.model")]
 
 
-def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None):
-    """The problems validation reports, as (code, location) pairs plus the messages."""
+def problems_of(text: str, world_size: int | None = 1, environ: dict | None = None, release: str = "main"):
+    """The problems validation reports (against ``release``), as (code, location) pairs plus the messages."""
     from megatron_estimator.core.problems import InvalidInput
     from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.config.resolve import resolve_config
+    from megatron_estimator.megatron.releases import release_of
 
-    raw, parse_problems = parse_megatron_argv(shlex.split(text))
+    raw, parse_problems = parse_megatron_argv(shlex.split(text), release=release)
     if parse_problems:
         return list(parse_problems)
     try:
-        resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {})
+        resolve_config(raw, world_size=world_size, world_size_source="test", environ=environ or {},
+                       release=release_of(release, "test"))
     except InvalidInput as err:
         return list(err.problems)
     return []
@@ -97,14 +103,3 @@ def shared_calibration():
         pytest.skip(f"{CALIBRATION_TSV} is not on this machine (the calibration data lives in ../shared)")
     return CALIBRATION_TSV
 
-
-@pytest.fixture(autouse=True)
-def _default_megatron_release():
-    """Every test starts and ends checking against the default release: an in-process
-    ``cli.main(["run", ...])`` selects the release it detects (the installed megatron-core's,
-    under ``run``), which must not leak into the tests after it."""
-    from megatron_estimator.megatron.releases import select_release
-
-    select_release(None)
-    yield
-    select_release(None)

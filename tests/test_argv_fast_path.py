@@ -20,7 +20,6 @@ from megatron_estimator.inputs import argv as argv_module
 from megatron_estimator.inputs.argv import _plain_reading, _read_argv, read_megatron_argv
 from megatron_estimator.inputs.presets import load_preset, preset_names
 from megatron_estimator.megatron.flags import flag_table
-from megatron_estimator.megatron.releases import using_release
 
 CORPUS = Path(__file__).parent / "data" / "megatron_validation.jsonl"
 
@@ -89,18 +88,18 @@ def test_corpus_is_large_and_mixed():
 
 @pytest.mark.parametrize("release", ["main", "0.16.1"])
 def test_plain_path_reads_as_the_general_path(release):
-    with using_release(release):
-        table = flag_table()
-        for index, line in enumerate(_corpus()):
-            # every other line located as a launch script's tokens are
-            located = [f"run.sh:{k + 1}" for k in range(len(line))] if index % 2 else None
-            for locations in (located,):
-                general = _read_argv(list(line), table, locations, "command line", (), (), ())
-                assert _as_comparable(read_megatron_argv(line, locations=locations)) == _as_comparable(general), line
-                plain = _plain_reading(list(line), table, locations, "command line")
-                if plain is not None:
-                    assert not general.problems and not general.unknown, line
-                    assert _as_comparable(plain) == _as_comparable(general), line
+    table = flag_table(release)
+    for index, line in enumerate(_corpus()):
+        # every other line located as a launch script's tokens are
+        located = [f"run.sh:{k + 1}" for k in range(len(line))] if index % 2 else None
+        for locations in (located,):
+            general = _read_argv(list(line), table, locations, "command line", (), (), (), release)
+            assert _as_comparable(read_megatron_argv(line, locations=locations, release=release)) \
+                == _as_comparable(general), line
+            plain = _plain_reading(list(line), table, locations, "command line")
+            if plain is not None:
+                assert not general.problems and not general.unknown, line
+                assert _as_comparable(plain) == _as_comparable(general), line
 
 
 def test_plain_path_gives_fresh_lists():

@@ -330,7 +330,7 @@ def test_check_never_guesses_a_scripts_world_size(tmp_path):
     assert json.loads(given.stdout)["world_size"] == 8
     zero = run(["check", "--budget", "80GiB", "--world-size", "0", str(path)])
     assert zero.returncode == 2
-    assert "error: --world-size: world size 0 must be at least 1 [out-of-range]" in zero.stdout
+    assert "error: --world-size: --world-size must be a positive integer, not 0 [invalid-world-size]" in zero.stdout
 
 
 def test_a_bad_setting_is_reported_with_the_configurations_problems():
@@ -420,3 +420,26 @@ def test_an_invalid_script_still_shows_what_it_assumed_about_unknown_values(tmp_
     assert doc["status"] == "invalid" and doc["notices"] == [notice]
     markdown = run(["check", str(path), "--budget", "80GiB", "--format", "markdown"]).stdout
     assert f"Notices:\n- {notice}\n" in markdown
+
+
+@pytest.mark.parametrize("bad", [0, -4])
+def test_every_front_refuses_a_bad_world_size_the_same_way(bad):
+    # One check (api.world_size_for) for every front: estimate, check and plan on the command
+    # line, api.estimate, api.plan: each reports invalid-world-size where the size was given.
+    import megatron_estimator as me
+    from megatron_estimator import api
+
+    yaml = str(REPO / "examples" / "llama3-8b.yaml")
+    for args in (["estimate", "--world-size", str(bad), "--", *flags(TINY_GPT)],
+                 ["check", "--world-size", str(bad), yaml],
+                 ["plan", "--world-size", str(bad), "--budget", "80GiB", "--global-batch-size", "8", "--",
+                  *flags(TINY_GPT)]):
+        result = run(args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert f"--world-size must be a positive integer, not {bad} [invalid-world-size]" in result.stdout, args
+    with pytest.raises(me.InvalidInput) as raised:
+        me.estimate(flags(TINY_GPT), world_size=bad)
+    assert [(p.code, p.location) for p in raised.value.problems] == [("invalid-world-size", "world_size")]
+    with pytest.raises(me.InvalidInput) as raised:
+        api.plan(flags(TINY_GPT), world_size=bad, global_batch_size=8, budget="80GiB", environ={})
+    assert [(p.code, p.location) for p in raised.value.problems] == [("invalid-world-size", "--world-size")]

@@ -699,19 +699,16 @@ def test_conditional_flags_are_accepted_with_a_note():
 
 
 def test_defaults_are_cached_per_release_and_follow_the_chosen_one():
-    # Megatron's default namespace is built once per release's table (flag_table_for caches
-    # one table per label), and flag_table() follows the chosen release.  The value:
+    # Megatron's default namespace is built once per release's table (flag_table caches
+    # one table per label), and flag_table(label) answers for that release.  The value:
     # megatron/training/arguments.py --data-parallel-sharding-strategy, default 'no_shard' at
     # core_v0.14.0 and 'optim_grads_params' at main d98e8a64.
-    from megatron_estimator.megatron.releases import using_release
-
     main_table = flag_table()
-    with using_release("0.14.0"):
-        old_table = flag_table()
-        assert old_table is flag_table() and old_table is not main_table
-        assert old_table._plain_namespace() is old_table._plain_namespace()
-        assert old_table.defaults()["data_parallel_sharding_strategy"] == "no_shard"
-    assert flag_table() is main_table
+    old_table = flag_table("0.14.0")
+    assert old_table is flag_table("0.14.0") and old_table is not main_table
+    assert old_table._plain_namespace() is old_table._plain_namespace()
+    assert old_table.defaults()["data_parallel_sharding_strategy"] == "no_shard"
+    assert flag_table("main") is main_table
     assert main_table.defaults()["data_parallel_sharding_strategy"] == "optim_grads_params"
 
 

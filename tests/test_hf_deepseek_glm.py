@@ -247,10 +247,7 @@ def test_deepseek_v32_is_a_hybrid_pattern_of_dsa_layers():
 
 
 def test_deepseek_v32_before_main_spells_mtp_as_its_own_pattern():
-    from megatron_estimator.megatron.releases import using_release
-
-    with using_release("0.17.0"):
-        flags = _flags(load_hf_config(FIXTURES / "deepseek-v3.2-exp.json"))
+    flags = _flags(load_hf_config(FIXTURES / "deepseek-v3.2-exp.json", "0.17.0"))
     assert flags["--hybrid-layer-pattern"] == "D-" * 3 + "DE" * 58
     assert flags["--mtp-hybrid-override-pattern"] == "DE" and flags["--mtp-num-layers"] == 1
 

@@ -168,14 +168,11 @@ def test_every_problem_at_its_line_at_once():
 
 
 def test_unknown_key_is_one_note_and_older_release_gets_plain_rope():
-    from megatron_estimator.megatron.releases import using_release
-
     config = {**_config("gpt-oss-20b"), "colour": "green"}
     imported = parse_hf_config(json.dumps(config, indent=2), "config.json")
     assert imported.ok and [(n.code, n.location.split()[-1]) for n in imported.notes] == [("hf-key-not-read", "colour")]
     # --position-embedding-type yarn and --yarn-* arrived in 0.19.0 (megatron_flag_history.tsv).
-    with using_release("0.16.1"):
-        old = parse_hf_config(json.dumps(_config("gpt-oss-20b"), indent=2), "config.json")
+    old = parse_hf_config(json.dumps(_config("gpt-oss-20b"), indent=2), "config.json", "0.16.1")
     assert old.ok and _values(old)["position_embedding_type"] == "rope"
     assert [n.code for n in old.notes] == ["hf-approximated"] and "0.19.0" in old.notes[0].message
 

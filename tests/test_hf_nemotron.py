@@ -271,8 +271,8 @@ TINY_MOE = {**TINY, "hybrid_override_pattern": "M*EM", "n_routed_experts": 4, "m
             "routed_scaling_factor": 2.5, "n_group": 1, "topk_group": 1, "norm_topk_prob": True}
 
 
-def _import(config: dict):
-    return parse_hf_config(json.dumps(config, indent=2), "config.json")
+def _import(config: dict, release: str = "main"):
+    return parse_hf_config(json.dumps(config, indent=2), "config.json", release)
 
 
 def _values(imported) -> dict:
@@ -288,13 +288,15 @@ def tiny_count(config: dict, *, padded_vocab: int) -> int:
     return sum(tensors.values()) - buffers + rows
 
 
-def _estimate_import(imported, extra=""):
+def _estimate_import(imported, extra="", release="main"):
     from megatron_estimator.api import TrainingInput, evaluate
     from megatron_estimator.inputs.argv import parse_megatron_argv
+    from megatron_estimator.megatron.releases import release_of
 
-    flags, problems = parse_megatron_argv(shlex.split("--seq-length 64 --micro-batch-size 1 --bf16 " + extra))
+    flags, problems = parse_megatron_argv(shlex.split("--seq-length 64 --micro-batch-size 1 --bf16 " + extra),
+                                          release=release)
     assert not problems
-    inp = TrainingInput(imported.raw.merged(flags), source="test")
+    inp = TrainingInput(imported.raw.merged(flags), source="test", release=release_of(release, "test"))
     verdict = evaluate(inp, world_size=1, environ={}, problems=())
     assert verdict.estimate is not None, verdict.problems
     return verdict.estimate
@@ -423,18 +425,16 @@ def test_unknown_mixer_keys_are_refused_and_other_unknown_keys_noted():
 def test_pattern_flags_are_the_chosen_releases(release, main_flag, mtp_flags):
     # megatron_flag_history.tsv: --hybrid-layer-pattern from 0.17.0; --hybrid-override-pattern in every
     # release; the '/' MTP syntax is main's (hybrid_layer_allocation.py at d98e8a64).
-    from megatron_estimator.megatron.flags import flag_table_for
-    from megatron_estimator.megatron.releases import using_release
+    from megatron_estimator.megatron.flags import flag_table
 
     config = {**TINY_MOE, "num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"}
-    with using_release(release):
-        imported = _import(config)
-        line = " ".join(imported.flags)
-    if "--mtp-hybrid-override-pattern" not in flag_table_for(release):
+    imported = _import(config, release)
+    line = " ".join(imported.flags)
+    if "--mtp-hybrid-override-pattern" not in flag_table(release):
         assert [p.code for p in imported.problems] == ["hf-unsupported-feature"]
-        assert main_flag.split()[0] in flag_table_for(release)
+        assert main_flag.split()[0] in flag_table(release)
         return
     assert imported.ok, imported.problems
     assert main_flag in line and all(f in line for f in mtp_flags), line
-    with using_release(release):
-        assert _estimate_import(imported).total_parameters == _estimate_import(_import(config)).total_parameters
+    assert _estimate_import(imported, release=release).total_parameters == \
+        _estimate_import(_import(config), release="main").total_parameters

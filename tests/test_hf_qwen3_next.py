@@ -193,9 +193,6 @@ def test_full_attention_interval_and_unknown_keys():
 
 
 def test_release_without_gated_attention_is_refused():
-    from megatron_estimator.megatron.releases import using_release
-
-    with using_release("0.15.3"):
-        imported = load_hf_config(FIXTURES / "qwen3-next-80b-a3b.json")
+    imported = load_hf_config(FIXTURES / "qwen3-next-80b-a3b.json", "0.15.3")
     assert [p.code for p in imported.problems] == ["hf-unsupported-feature"]
     assert "0.16.1" in imported.problems[0].message

@@ -38,8 +38,8 @@ def argv(text: str) -> list[str]:
     return shlex.split(text)
 
 
-def evaluate(text: str, **kwargs):
-    inp, problems = api.load_input(argv(text))
+def evaluate(text: str, release: str = "main", **kwargs):
+    inp, problems = api.load_input(argv(text), release=release)
     return api.evaluate(inp, problems=problems, environ={}, **kwargs)
 
 
@@ -89,9 +89,9 @@ def test_every_hybrid_layout_agrees_with_the_estimator(text, budget, space):
         assert c.estimate.peak_stage.layer_kinds is not None
 
 
-def _layouts(text: str, world: int, space=None) -> list[dict]:
+def _layouts(text: str, world: int, space=None, release: str = "main") -> list[dict]:
     return list(api.planned_layouts(argv(text), world_size=world, global_batch_size=16, space=space,
-                                    environ={}))
+                                    environ={}, release=release))
 
 
 def test_a_pattern_with_pipes_fixes_the_split():
@@ -186,7 +186,7 @@ def _with_flags(tokens: list[str], suggestion) -> list[str]:
 
     class _Flags:
         flags, remove_flags = suggestion.flags, suggestion.remove_flags
-    return candidate_argv(tokens, _Flags)
+    return candidate_argv(tokens, _Flags, "main")
 
 
 def test_a_pipe_free_split_is_noted_with_its_pipes():
@@ -247,17 +247,14 @@ def test_plan_of_a_hybrid_entry_script_without_a_pattern_is_refused(tmp_path):
 def test_no_re_split_pattern_for_a_release_without_hybrid_layer_pattern():
     # 0.16.1 has --hybrid-override-pattern only (no '|' segments): the planner proposes pipe-free
     # splits there, never a --hybrid-layer-pattern it would refuse.
-    from megatron_estimator.megatron.releases import using_release
-
     text = toy("M*M-M*M-").replace("--hybrid-layer-pattern", "--hybrid-override-pattern")
     big = ("--hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 "
            "--vocab-size 1000 --bf16 --mamba-head-dim 64 --mamba-state-dim 16 --mamba-num-groups 8 "
            "--hidden-dropout 0 --micro-batch-size 4 --global-batch-size 32 --hybrid-override-pattern M*M-M*M- "
            "--tensor-model-parallel-size 2")
-    with using_release("0.16.1"):
-        layouts = _layouts(text, 4, SMALL_SPACE)
-        assert layouts and not any(layout.get("hybrid_layer_pattern") for layout in layouts)
-        verdict = evaluate(big, world_size=8, budget=3 * GiB, suggest=True)
+    layouts = _layouts(text, 4, SMALL_SPACE, release="0.16.1")
+    assert layouts and not any(layout.get("hybrid_layer_pattern") for layout in layouts)
+    verdict = evaluate(big, "0.16.1", world_size=8, budget=3 * GiB, suggest=True)
     assert verdict.estimate is not None and verdict.estimate.fits is False
     assert verdict.suggestions is not None and verdict.suggestions.suggestions
     assert all("--hybrid-layer-pattern" not in s.flags for s in verdict.suggestions.suggestions)

@@ -29,7 +29,6 @@ def test_module_parameters_equal_megatron_cores_modules(name):
     if not ok:
         pytest.skip(f"megatron-core is not installed here: {why}")
     from test_mcore_crosscheck import CASES, INSTALLED_RELEASE, spec_for
-    from megatron_estimator.megatron.releases import using_release
 
     text, world = next((t, w) for n, t, w in CASES if n == name)
     theirs: dict = {}
@@ -51,8 +50,7 @@ def test_module_parameters_equal_megatron_cores_modules(name):
                 key = ({"embedding": "embedding", "output_layer": "output_layer", "mtp": "mtp"}[t.name.split(".")[0]], None)
             key = (stage.pipeline_rank, stage.virtual_stage or 0) + key
             theirs[key] = theirs.get(key, 0) + t.te_numel
-    with using_release(INSTALLED_RELEASE):
-        e = estimate(text, world)
+    e = estimate(text, world, release=INSTALLED_RELEASE)
     ours = {(s.pipeline_rank, m.chunk, m.module, m.kind): m.parameters
             for s in e.stages for m in s.modules if m.parameters}
     assert ours == theirs

@@ -102,10 +102,7 @@ def test_parameters_per_stage_equal_megatron_core(megatron_core, name, text, wor
     per_rank: dict[int, int] = {}
     for stage in reference:
         per_rank[stage.pipeline_rank] = per_rank.get(stage.pipeline_rank, 0) + stage.te_total
-    from megatron_estimator.megatron.releases import using_release
-
-    with using_release(INSTALLED_RELEASE):
-        ours = [s.parameters for s in estimate(text, world).stages]
+    ours = [s.parameters for s in estimate(text, world, release=INSTALLED_RELEASE).stages]
     assert ours == [per_rank[r] for r in sorted(per_rank)]
 
 

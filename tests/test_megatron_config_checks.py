@@ -328,19 +328,15 @@ def test_mla_rope_fusion_needs_yarn_and_no_latent_cache():
     (MOE + BATCH_INVARIANT + " --moe-permute-fusion", "batch-invariant-mode", "main"),
 ])
 def test_audit_rules_hold_from_the_release_that_added_them(extra, rule, first):
-    from megatron_estimator.megatron.releases import labels, order_of, using_release
+    from megatron_estimator.megatron.releases import labels, order_of
 
     environ = OFFLOAD_ENV if OFFLOAD in extra else {}
     for label in labels():
-        with using_release(label):
-            found = rule in [p.code for p in problems_of(BASE + " " + extra, 8, environ)]
+        found = rule in [p.code for p in problems_of(BASE + " " + extra, 8, environ, label)]
         assert found is (order_of(label) >= order_of(first)), label
 
 
 def test_single_grouped_weight_checks_follow_the_release():
-    from megatron_estimator.megatron.releases import using_release
-
     text = BASE + MOE + " --moe-single-grouped-weight"
     assert "moe-single-grouped" in [p.code for p in problems_of(text, 8)]          # main: needs grouped tensor
-    with using_release("0.19.0"):                                                  # no --moe-use-grouped-tensor there
-        assert problems_of(text, 8) == []
+    assert problems_of(text, 8, release="0.19.0") == []                            # no --moe-use-grouped-tensor there

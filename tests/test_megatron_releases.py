@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron_estimator.megatron.releases import (
-    UnknownRelease, choose_release, chosen_release, select_release, using_release)
+from megatron_estimator.megatron.releases import UnknownRelease, choose_release, default_release
 
 ROOT = Path(__file__).resolve().parent.parent
 from test_release_tables import BY_RELEASE  # noqa: E402  (../shared, or where that test finds it)
@@ -26,17 +25,9 @@ TAG_FILES = {"0.14.0": "core_v0.14.0", "0.15.3": "core_v0.15.3", "0.16.1": "core
              "main": "main-d98e8a64"}
 
 
-@pytest.fixture(autouse=True)
-def _default_release():
-    select_release(None)
-    yield
-    select_release(None)
-
-
 def unknown(argv, label):
     from megatron_estimator.inputs.argv import parse_megatron_argv
-    with using_release(label):
-        _, problems = parse_megatron_argv(argv)
+    _, problems = parse_megatron_argv(argv, release=label)
     return [p for p in problems if p.code == "unknown-flag"]
 
 
@@ -61,8 +52,11 @@ def test_unknown_release_names_the_supported_ones(text):
 
 
 def test_default_is_main_and_says_so():
-    assert chosen_release().version == "main"
-    assert "newest supported" in chosen_release().source
+    from megatron_estimator.api import choose_megatron_release, input_from_flags
+    assert default_release().version == "main"
+    assert "newest supported" in default_release().source
+    assert choose_megatron_release(None, {}) == default_release()
+    assert input_from_flags(["--num-layers", "2"])[0].release == default_release()
 
 
 def fake_tree(tmp_path, major, minor, patch, pre=""):
@@ -82,7 +76,6 @@ def test_detected_from_the_launched_megatron_tree(tmp_path):
                                                        str(tree / "pretrain_gpt.py"), "--bf16"])
     assert chosen.version == "0.16.1"
     assert chosen.source == str(tree / "megatron" / "core" / "package_info.py")
-    assert chosen_release() == chosen
 
 
 def test_detected_from_the_jobs_pythonpath_with_rc_warning(tmp_path):
@@ -178,10 +171,9 @@ def _parameters(n_vocab_rows):
 ])
 def test_null_tokenizer_vocabulary_per_release(label, rows):
     from megatron_estimator.api import evaluate, input_from_flags
-    with using_release(label):
-        inp, problems = input_from_flags(LLAMA3_8B)
-        assert not problems
-        verdict = evaluate(inp, world_size=8)
+    inp, problems = input_from_flags(LLAMA3_8B, release=label)
+    assert not problems
+    verdict = evaluate(inp, world_size=8)
     assert verdict.estimate.total_parameters == _parameters(rows)
     assert _parameters(128384) == 8_031_309_824 and _parameters(128256) == 8_030_261_248
 
@@ -193,8 +185,7 @@ def test_null_tokenizer_vocabulary_per_release(label, rows):
 def test_megatron_fsdp_default_sharding_per_release(label, strategy):
     from conftest import resolve
     text = " ".join(LLAMA3_8B) + " --use-megatron-fsdp --ckpt-format fsdp_dtensor"
-    with using_release(label):
-        config = resolve(text, 8)
+    config = resolve(text, 8, release=label)
     assert config.optimizer.data_parallel_sharding_strategy == strategy
 
 
@@ -203,9 +194,8 @@ def test_megatron_fsdp_default_sharding_per_release(label, strategy):
 def test_te_cross_entropy_fusion_per_release(label, refused):
     from megatron_estimator.api import evaluate, input_from_flags
     argv = LLAMA3_8B + ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
-    with using_release(label):
-        inp, problems = input_from_flags(argv)
-        verdict = evaluate(inp, world_size=8)
+    inp, problems = input_from_flags(argv, release=label)
+    verdict = evaluate(inp, world_size=8)
     codes = [p.code for p in (*problems, *verdict.problems)]
     assert ("te-cross-entropy-disabled" in codes) == refused
 
@@ -230,10 +220,9 @@ def _mla_parameters(q_norm: bool) -> int:
 @pytest.mark.parametrize("label, q_norm", [("0.14.0", False), ("0.18.0", False), ("0.19.0", True), ("main", True)])
 def test_mla_q_norm_without_q_lora_per_release(label, q_norm):
     from megatron_estimator.api import evaluate, input_from_flags
-    with using_release(label):
-        inp, problems = input_from_flags(MLA_NO_Q_LORA)
-        assert not problems
-        verdict = evaluate(inp, world_size=1)
+    inp, problems = input_from_flags(MLA_NO_Q_LORA, release=label)
+    assert not problems
+    verdict = evaluate(inp, world_size=1)
     assert verdict.estimate.total_parameters == _mla_parameters(q_norm)
 
 
@@ -267,3 +256,16 @@ def test_unknown_release_is_exit_2():
     assert result.returncode == 2
     assert "not a supported release (supported: 0.14.0" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_evaluate_depends_only_on_its_arguments():
+    # Inputs read against 0.17.1 and main, evaluated interleaved: each verdict follows its own
+    # input's release (NullTokenizer: 128256 + 1 padded to 128384 rows through 0.17, 128256
+    # after), whatever was evaluated before it, and names that release.
+    from megatron_estimator.api import evaluate, input_from_flags
+    old, _ = input_from_flags(LLAMA3_8B, release="0.17.1")
+    new, _ = input_from_flags(LLAMA3_8B)
+    for inp, rows, label in ((old, 128384, "0.17.1"), (new, 128256, "main"), (old, 128384, "0.17.1")):
+        verdict = evaluate(inp, world_size=8)
+        assert verdict.estimate.total_parameters == _parameters(rows)
+        assert verdict.megatron.version == label

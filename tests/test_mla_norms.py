@@ -23,7 +23,7 @@ import pytest
 
 from conftest import problems_of, resolve
 
-from megatron_estimator.megatron.releases import using_release
+from megatron_estimator.megatron.releases import release_of
 from megatron_estimator.model.parameters import attention_tensors, count, layer_tensors
 
 H, A, KV, QK, PE, V = 64, 4, 16, 8, 8, 8
@@ -60,7 +60,7 @@ def mla_attention(t: int, q_lora: int | None, normalization: str, q_norm: bool, 
     return total
 
 
-def _config(text: str, world: int):
+def _config(text: str, world: int, release: str):
     """The typed configuration, its family told from the flags (hybrid for a pattern)."""
     import shlex
 
@@ -68,14 +68,14 @@ def _config(text: str, world: int):
     from megatron_estimator.inputs.argv import parse_megatron_argv
     from megatron_estimator.inputs.entry_script import model_family
 
-    raw, problems = parse_megatron_argv(shlex.split(text))
+    raw, problems = parse_megatron_argv(shlex.split(text), release=release)
     assert not problems, problems
-    return resolve_config(raw, world_size=world, world_size_source="test", environ={}, family=model_family(raw))
+    return resolve_config(raw, world_size=world, world_size_source="test", environ={}, family=model_family(raw),
+                          release=release_of(release, "test"))
 
 
 def _attention(text: str, t: int, release: str, layer: int | None = None) -> int:
-    with using_release(release):
-        config = _config(text + f" --tensor-model-parallel-size {t}", t)
+    config = _config(text + f" --tensor-model-parallel-size {t}", t, release)
     if layer is not None:
         assert config.model.hybrid is not None and config.model.hybrid.layer_kinds[layer] == "+"
     if layer is None:
@@ -138,16 +138,14 @@ def test_linear_q_proj_norm_activations_from_0_19():
     flags = GPT + "--normalization RMSNorm --qk-layernorm --tensor-model-parallel-size 2 --sequence-parallel"
     totals = {}
     for release in ("0.18.0", "main"):
-        with using_release(release):
-            totals[release] = layer_activations(resolve(flags, 2), 1).total
+        totals[release] = layer_activations(resolve(flags, 2, release=release), 1).total
     assert totals["main"] - totals["0.18.0"] == 2 * 32 * H + 4 * 32
 
 
 # -- what the resolver refuses -------------------------------------------------------------------
 
 def _codes(text: str, release: str, world: int = 1) -> list[str]:
-    with using_release(release):
-        return [p.code for p in problems_of(text, world)]
+    return [p.code for p in problems_of(text, world, release=release)]
 
 
 @pytest.mark.parametrize("release", ["0.14.0", "0.18.0", "main"])

@@ -141,16 +141,12 @@ def test_null_tokenizer_counts_its_end_of_document_token():
     # Through 0.17 megatron's NullTokenizer reports vocab_size + 1 (the EOD id), then padded to
     # 128 x tp; from c9dfe34798 (0.18.0) exactly vocab_size.
     from conftest import resolve
-    from megatron_estimator.megatron.releases import using_release
-
     base = TINY_GPT.replace("--vocab-size 1000", "--tokenizer-type NullTokenizer --vocab-size 1024")
-    with using_release("0.17.1"):
-        assert resolve(base).model.padded_vocab_size == 1152
-        assert resolve(base, 2, extra="--tensor-model-parallel-size 2").model.padded_vocab_size == 1280
+    assert resolve(base, release="0.17.1").model.padded_vocab_size == 1152
+    assert resolve(base, 2, extra="--tensor-model-parallel-size 2", release="0.17.1").model.padded_vocab_size == 1280
     for label in ("0.18.0", "main"):
-        with using_release(label):
-            assert resolve(base).model.padded_vocab_size == 1024
-            assert resolve(base, 2, extra="--tensor-model-parallel-size 2").model.padded_vocab_size == 1024
+        assert resolve(base, release=label).model.padded_vocab_size == 1024
+        assert resolve(base, 2, extra="--tensor-model-parallel-size 2", release=label).model.padded_vocab_size == 1024
     assert resolve(TINY_GPT.replace("--vocab-size 1000", "--vocab-size 1024")).model.padded_vocab_size == 1024
 
 

@@ -55,7 +55,7 @@ def _key(settings) -> tuple:
 
 
 def _evaluate(inp: TrainingInput, settings, world: int, budget: int):
-    raw = planner_candidates.layout_raw(inp.raw, settings)
+    raw = planner_candidates.layout_raw(inp.raw, settings, "main")
     return api.evaluate(TrainingInput(raw, source="brute force"), world_size=world, world_size_source="test",
                         budget=budget, overheads=Overheads(), environ={})
 
@@ -159,7 +159,7 @@ def test_llama3_8b_candidates_reestimated_through_their_flags():
     plan = llama_plan(top=10)
     assert len(plan.candidates) == 10 and plan.fitting > 10
     for c in plan.candidates:
-        edited = planner_candidates.candidate_argv(argv, c)
+        edited = planner_candidates.candidate_argv(argv, c, "main")
         inp, problems = api.input_from_flags(edited, environ={})
         assert not problems, problems
         verdict = api.evaluate(inp, world_size=8, budget=80 * GiB, environ={})
@@ -249,7 +249,7 @@ def test_flags_are_the_changes_to_the_input():
     assert {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"} <= set(other.flags)
     assert set(other.remove_flags) == {"--sequence-parallel", "--use-distributed-optimizer"}
     for c in (same[0], other):
-        inp, problems = api.input_from_flags(planner_candidates.candidate_argv(argv, c), environ={})
+        inp, problems = api.input_from_flags(planner_candidates.candidate_argv(argv, c, "main"), environ={})
         assert not problems
         verdict = api.evaluate(inp, world_size=8, budget=80 * GiB, environ={})
         assert verdict.estimate.peak_stage.device_peak_bytes == c.device_peak_bytes
@@ -264,7 +264,7 @@ def test_the_users_split_is_one_choice():
     assert not {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"} & set(given[0].flags)
     even = next(c for c in plan.candidates if c.parallel.pp == 4)
     assert set(even.remove_flags) >= {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}
-    inp, _ = api.input_from_flags(planner_candidates.candidate_argv(flags(TINY_GPT, extra), even), environ={})
+    inp, _ = api.input_from_flags(planner_candidates.candidate_argv(flags(TINY_GPT, extra), even, "main"), environ={})
     verdict = api.evaluate(inp, world_size=4, budget=4 * GiB, environ={})
     assert verdict.estimate.peak_stage.device_peak_bytes == even.device_peak_bytes
 
@@ -308,7 +308,7 @@ def test_invalid_input_reports_every_problem():
     with pytest.raises(InvalidInput) as err:
         api.plan(flags(TINY_GPT, "--num-layer 4"), world_size=0, global_batch_size=0, budget="80GiB", environ={})
     codes = sorted(p.code for p in err.value.problems)
-    assert codes == ["out-of-range", "out-of-range", "unknown-flag"]
+    assert codes == ["invalid-world-size", "out-of-range", "unknown-flag"]
     with pytest.raises(InvalidInput) as err:
         api.plan("llama3-8bb", world_size=8, global_batch_size=32, budget="80GiB", environ={})
     assert [p.code for p in err.value.problems] == ["unknown-preset"]
@@ -407,7 +407,7 @@ def test_overlays_are_what_derivation_gives():
             ns = dict(base)
             ns.update(planner_space.family_settings(2, 1, 2, choice))
             ns.update({"use_distributed_optimizer": True, "micro_batch_size": 2})
-            derived, _ = derive_namespace(ns, 8)
+            derived, _ = derive_namespace(ns, 8, search_inp.release)
             laid = {**derived, **planner_validity.expert_overlay(ep, etp),
                     **planner_validity.recompute_overlay(recompute, sp, derived)}
             full = dict(ns)
@@ -416,7 +416,7 @@ def test_overlays_are_what_derivation_gives():
             full["sequence_parallel"] = sp
             if recompute.modules is None:
                 full["recompute_modules"] = ["core_attn", "mlp"]
-            scratch, _ = derive_namespace(full, 8)
+            scratch, _ = derive_namespace(full, 8, search_inp.release)
             assert laid == scratch
 
 
@@ -436,7 +436,7 @@ def test_cached_stage_parts_are_the_stage_functions():
             continue
         ns = dict(run.namespace)
         ns.update(planner_space.family_settings(tp, cp, pp, pipeline))
-        _, namespaces = planner_validity.derive_batches(ns, [(True, 2)], 8, {})
+        _, namespaces = planner_validity.derive_batches(ns, [(True, 2)], 8, {}, run.megatron)
         family = run.family(pp, pipeline, tp, namespaces[0])
         for ep, etp in run.expert_choices(tp):
             layout = planner_space.LayoutChoice(tp, cp, pp, ep, etp, pipeline)
@@ -534,3 +534,20 @@ def test_markdown_table_keeps_its_columns():
     for row in rows:
         cells = row.replace("\\|", "").split("|")
         assert len(cells) == len(COLUMNS) + 3        # the columns, the flags, and the two ends
+
+
+def test_plan_and_suggestions_leave_the_hosts_garbage_collector_alone(monkeypatch):
+    # A library call must not switch off the caller's cyclic garbage collector: gc.disable is
+    # replaced by a failure, and a plan and a refusal's suggestions still run.
+    import gc
+
+    def refuse():
+        raise AssertionError("gc.disable() called by the library")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    plan = api.plan(flags(TINY_GPT), world_size=4, global_batch_size=16, budget="80GiB", environ={}, top=2)
+    assert plan.fitting > 0
+    verdict = api.evaluate(api.input_from_flags(flags(TINY_GPT, "--tensor-model-parallel-size 2"), environ={})[0],
+                           world_size=4, budget=1 << 20, environ={}, suggest=True)
+    assert verdict.estimate is not None and verdict.estimate.fits is False and verdict.suggestions is not None
+    assert gc.isenabled()

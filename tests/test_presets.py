@@ -25,12 +25,9 @@ def _estimate(name, extra, release="0.16.1"):
     """The estimate at ``release``: 0.16.1 by default, the megatron-core that counted
     PRESET_PARAMETERS (its counts equal the published sizes)."""
     from megatron_estimator.api import evaluate, input_from_model
-    from megatron_estimator.megatron.releases import using_release
-
     flags = ["--seq-length", "1024", "--micro-batch-size", "1", "--bf16", *extra]
-    with using_release(release):
-        inp, problems = input_from_model(flags, model=name, environ={})
-        verdict = evaluate(inp, world_size=1, environ={}, problems=problems)
+    inp, problems = input_from_model(flags, model=name, environ={}, release=release)
+    verdict = evaluate(inp, world_size=1, environ={}, problems=problems)
     assert verdict.estimate is not None, verdict.problems
     return verdict.estimate
 

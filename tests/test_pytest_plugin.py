@@ -591,14 +591,12 @@ def test_flag_of_a_later_release_is_refused_under_an_earlier_one(pytester):
     run(pytester, "--megatron-version", "0.16.1").assert_outcomes(passed=1)
 
 
-def test_fixture_leaves_the_process_release_alone(pytester):
+def test_fixture_verdict_names_the_calls_release(pytester):
     pytester.makepyfile(f"""
-        from megatron_estimator.megatron.releases import chosen_release
-
-        def test_restored(megatron_memory):
-            before = chosen_release()
-            megatron_memory.estimate({LLAMA3_8B!r}, world_size=8)
-            assert chosen_release() == before
+        def test_named(megatron_memory):
+            assert megatron_memory.verdict({LLAMA3_8B!r}, world_size=8).megatron.version == "0.16.1"
+            assert megatron_memory.verdict({LLAMA3_8B!r}, world_size=8, megatron_version="0.18").megatron.version \\
+                == "0.18.0"
     """)
     run(pytester, "--megatron-version", "0.16").assert_outcomes(passed=1)
 

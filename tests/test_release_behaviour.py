@@ -19,29 +19,21 @@ from __future__ import annotations
 
 import pytest
 
-from megatron_estimator.megatron.behaviour import behaviour, behaviour_rows
-from megatron_estimator.megatron.releases import ChosenRelease, labels, select_release, using_release
+from megatron_estimator.megatron.behaviour import behaviour, behaviour_row, behaviour_rows
+from megatron_estimator.megatron.releases import ChosenRelease, labels
 
 GPT = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
        "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16 "
        "--tokenizer-type NullTokenizer --vocab-size 1000").split()
 
 
-@pytest.fixture(autouse=True)
-def _default_release():
-    select_release(None)
-    yield
-    select_release(None)
-
-
 def verdict_at(release, argv, environ=None, world_size=8, job=False):
     from megatron_estimator.api import evaluate, input_from_flags
-    with using_release(release):
-        inp, problems = input_from_flags(GPT + argv, environ=environ or {})
-        if job:
-            from dataclasses import replace
-            inp = replace(inp, job_environment=True)
-        return evaluate(inp, world_size=world_size, environ=environ or {}, problems=problems)
+    inp, problems = input_from_flags(GPT + argv, environ=environ or {}, release=release)
+    if job:
+        from dataclasses import replace
+        inp = replace(inp, job_environment=True)
+    return evaluate(inp, world_size=world_size, environ=environ or {}, problems=problems)
 
 
 def codes(verdict):
@@ -71,19 +63,18 @@ def test_every_rule_covers_every_release_once_and_dates_are_ordered():
     ("2026-08-22", "cross_entropy_loss_fusion,tp_comm_overlap"),
 ])
 def test_main_as_of_a_day_steps_back_past_later_commits(day, value):
-    assert behaviour("deterministic_mode_forbids", "main", as_of=day) == value
-    with using_release(main_as_of(day)):
-        assert behaviour("deterministic_mode_forbids") == value
+    assert behaviour_row("deterministic_mode_forbids", "main", as_of=day).value == value
+    assert behaviour("deterministic_mode_forbids", main_as_of(day)) == value
 
 
 def test_main_as_of_steps_back_more_than_one_row():
     # deterministic_env_one: main row from f101c470de (2026-08-21), 0.19.0 row from 3ab71eeb3e (2026-07-08)
-    assert behaviour("deterministic_env_one", "main", as_of="2026-08-21") == \
+    assert behaviour_row("deterministic_env_one", "main", as_of="2026-08-21").value == \
         "MAMBA_DETERMINISTIC,CAUSAL_CONV1D_DETERMINISTIC"
-    assert behaviour("deterministic_env_one", "main", as_of="2026-08-20") == "MAMBA_DETERMINISTIC"
-    assert behaviour("deterministic_env_one", "main", as_of="2026-07-01") == ""
+    assert behaviour_row("deterministic_env_one", "main", as_of="2026-08-20").value == "MAMBA_DETERMINISTIC"
+    assert behaviour_row("deterministic_env_one", "main", as_of="2026-07-01").value == ""
     # A dated release label is not moved by as_of.
-    assert behaviour("deterministic_env_one", "0.19.0", as_of="2026-07-01") == "MAMBA_DETERMINISTIC"
+    assert behaviour_row("deterministic_env_one", "0.19.0", as_of="2026-07-01").value == "MAMBA_DETERMINISTIC"
 
 
 # -- --deterministic-mode --------------------------------------------------------------------------
@@ -132,9 +123,9 @@ def test_deterministic_environment_is_a_note_outside_the_jobs_environment():
     from megatron_estimator.config.resolve import resolve_config
     from megatron_estimator.inputs.argv import parse_megatron_argv
     assert verdict_at("0.18.0", ["--deterministic-mode"], {}).status != "invalid"
-    with using_release("0.18.0"):
-        raw, _ = parse_megatron_argv(GPT + ["--deterministic-mode"])
-        config = resolve_config(raw, world_size=8, environ={})
+    from megatron_estimator.megatron.releases import release_of
+    raw, _ = parse_megatron_argv(GPT + ["--deterministic-mode"], release="0.18.0")
+    config = resolve_config(raw, world_size=8, environ={}, release=release_of("0.18.0", "test"))
     assert ("job environment (not checked here): --deterministic-mode needs NCCL_ALGO set to one of Tree, Ring, "
             "CollnetDirect, CollnetChain, ^NVLS (Megatron 0.18.0); it is not set") in config.notes
 
@@ -192,8 +183,7 @@ def test_megatron_fsdp_optimizer_check_per_release(release, refused):
 @pytest.mark.parametrize("release, forced", [("0.17.1", False), ("0.18.0", True), ("main", True)])
 def test_megatron_fsdp_turns_on_the_distributed_optimizer_from_0_18(release, forced):
     from conftest import resolve
-    with using_release(release):
-        config = resolve(" ".join(GPT + FSDP), 8)
+    config = resolve(" ".join(GPT + FSDP), 8, release=release)
     assert config.optimizer.use_distributed_optimizer == forced
     assert ("Megatron-FSDP v1 turns on the distributed optimizer" in config.notes) == forced
 
@@ -203,10 +193,9 @@ def test_megatron_fsdp_turns_on_the_distributed_optimizer_from_0_18(release, for
 def verdict_with_te(release, argv, te, environ=None):
     from megatron_estimator.api import evaluate, input_from_flags
     from megatron_estimator.model.overhead import Overheads
-    with using_release(release):
-        inp, problems = input_from_flags(GPT + argv, environ=environ or {})
-        return evaluate(inp, world_size=8, environ=environ or {}, problems=problems,
-                        overheads=Overheads(transformer_engine=te))
+    inp, problems = input_from_flags(GPT + argv, environ=environ or {}, release=release)
+    return evaluate(inp, world_size=8, environ=environ or {}, problems=problems,
+                    overheads=Overheads(transformer_engine=te))
 
 
 @pytest.mark.parametrize("release, argv, te, refused", [

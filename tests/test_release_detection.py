@@ -69,29 +69,29 @@ def _script(tmp_path, tag):
 
 def test_precedence_explicit_tree_setting_then_container(tmp_path):
     script = _script(tmp_path, "26.04")
-    chosen = api.choose_megatron_release(None, {}, launch=["sbatch", script], select=False)
+    chosen = api.choose_megatron_release(None, {}, launch=["sbatch", script])
     assert (chosen.version, chosen.source) == ("0.17.0", f"NeMo container nvcr.io/nvidia/nemo:26.04 at {script}:2")
     chosen = api.choose_megatron_release(None, {"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.16"},
-                                         launch=["sbatch", script], select=False)
+                                         launch=["sbatch", script])
     assert (chosen.version, chosen.source) == ("0.16.1", "MEGATRON_ESTIMATOR_MEGATRON_VERSION")
-    chosen = api.choose_megatron_release("0.19", {}, launch=["sbatch", script], select=False)
+    chosen = api.choose_megatron_release("0.19", {}, launch=["sbatch", script])
     assert chosen.version == "0.19.0"
     tree = tmp_path / "mlm"
     (tree / "megatron" / "core").mkdir(parents=True)
     (tree / "megatron" / "core" / "package_info.py").write_text("MAJOR = 0\nMINOR = 18\nPATCH = 0\n")
-    chosen = api.choose_megatron_release(None, {"PYTHONPATH": str(tree)}, launch=["sbatch", script], select=False)
+    chosen = api.choose_megatron_release(None, {"PYTHONPATH": str(tree)}, launch=["sbatch", script])
     assert chosen.version == "0.18.0"
 
 
 def test_container_in_the_launch_command_itself():
-    chosen = api.choose_megatron_release(None, {}, select=False, launch=[
+    chosen = api.choose_megatron_release(None, {}, launch=[
         "srun", "--container-image=nvcr.io/nvidia/nemo:25.09", "python", "pretrain_gpt.py"])
     assert (chosen.version, chosen.source) == ("0.14.0", "NeMo container nvcr.io/nvidia/nemo:25.09 at the launch command")
 
 
 def test_unknown_container_tag_falls_to_the_default_with_a_warning(tmp_path):
     script = _script(tmp_path, "25.07")
-    chosen = api.choose_megatron_release(None, {}, launch=["sbatch", script], select=False)
+    chosen = api.choose_megatron_release(None, {}, launch=["sbatch", script])
     assert chosen.version == "main" and chosen.source.startswith("default:")
     assert "nvcr.io/nvidia/nemo:25.07 is a NeMo container whose Megatron-LM release the estimator does not know" \
         in chosen.warning
@@ -121,11 +121,11 @@ def test_installed_metadata_agrees_with_importlib_metadata(tmp_path, monkeypatch
 
 def test_installed_metadata_only_when_the_environment_is_the_jobs(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [_fake_dist(tmp_path, "0.17.1")] + sys.path)
-    chosen = api.choose_megatron_release(None, {}, select=False, environment_is_jobs=True)
+    chosen = api.choose_megatron_release(None, {}, environment_is_jobs=True)
     assert (chosen.version, chosen.source) == (
         "0.17.1", "the checking environment's megatron-core 0.17.1 (its installed metadata)")
-    assert api.choose_megatron_release(None, {}, select=False).version == "main"
-    assert api.choose_megatron_release(None, {"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.16"}, select=False,
+    assert api.choose_megatron_release(None, {}).version == "main"
+    assert api.choose_megatron_release(None, {"MEGATRON_ESTIMATOR_MEGATRON_VERSION": "0.16"},
                                        environment_is_jobs=True).version == "0.16.1"
 
 
@@ -173,7 +173,7 @@ def test_check_of_a_launch_script_names_its_container(tmp_path):
 
 def test_an_unsupported_installed_megatron_core_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [_fake_dist(tmp_path, "0.12.0")] + sys.path)
-    chosen = api.choose_megatron_release(None, {}, select=False, environment_is_jobs=True)
+    chosen = api.choose_megatron_release(None, {}, environment_is_jobs=True)
     assert chosen.version == "main" and chosen.source.startswith("default:")
     assert chosen.warning == ("the checking environment's megatron-core is not used: Megatron 0.12.0 is not a "
                               "supported release (supported: " + ", ".join(releases.labels()) + ")")

@@ -246,6 +246,6 @@ def test_each_suggestion_applied_to_the_command_line_fits(text, world, below):
     assert verdict.estimate.fits is False and verdict.suggestions.suggestions
     for s in verdict.suggestions.suggestions:
         # The user's edit: the flags it changes or removes taken out, the suggested ones appended.
-        again = api.estimate(candidate_argv(flags(text), s), world_size=world, budget=budget, environ=env)
+        again = api.estimate(candidate_argv(flags(text), s, "main"), world_size=world, budget=budget, environ=env)
         assert again.fits is True
         assert again.peak_stage.device_peak_bytes == s.device_peak_bytes

@@ -5,8 +5,8 @@ import pytest
 from conftest import LLAMA3_8B, TINY_GPT, problems_of
 
 
-def codes(text, world_size=1, environ=None):
-    return [(p.code, p.location) for p in problems_of(text, world_size, environ)]
+def codes(text, world_size=1, environ=None, release="main"):
+    return [(p.code, p.location) for p in problems_of(text, world_size, environ, release)]
 
 
 def test_valid_configs_have_no_problems():
@@ -288,13 +288,9 @@ def test_moe_with_biases_needs_expert_tensor_parallel_size_one():
 
 def test_moe_bias_rule_is_release_dependent():
     # before a329dd6da5 (#3858, first in 0.15) MoE experts had no bias and no such check
-    from megatron_estimator.megatron.releases import using_release
-
     text = TINY_GPT + " --num-experts 4 --sequence-parallel --tensor-model-parallel-size 2"
-    with using_release("0.14.0"):
-        assert "moe-bias-needs-etp1" not in [c for c, _ in codes(text, 2)]
-    with using_release("0.15.3"):
-        assert ("moe-bias-needs-etp1", "--tensor-model-parallel-size") in codes(text, 2)
+    assert "moe-bias-needs-etp1" not in [c for c, _ in codes(text, 2, release="0.14.0")]
+    assert ("moe-bias-needs-etp1", "--tensor-model-parallel-size") in codes(text, 2, release="0.15.3")
 
 
 @pytest.mark.parametrize("graphs, refused", [
@@ -343,10 +339,7 @@ def test_fp8_delayed_scaling_cannot_recompute_layernorm_or_moe_act(extra, refuse
 
 def test_offloading_with_local_cuda_graphs_takes_only_the_capturable_modules():
     # transformer_config.py __post_init__ (69c486825c, #3697, from 0.19): expert_fc1, moe_act, fused_group_mlp
-    from megatron_estimator.megatron.releases import using_release
-
     base = TINY_GPT + " --fine-grained-activation-offloading --cuda-graph-impl local --offload-modules "
     assert ("offload-modules-with-local-cuda-graphs", "--offload-modules") in codes(base + "core_attn")
     assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "expert_fc1 moe_act")]
-    with using_release("0.18.0"):
-        assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "core_attn")]
+    assert "offload-modules-with-local-cuda-graphs" not in [c for c, _ in codes(base + "core_attn", release="0.18.0")]

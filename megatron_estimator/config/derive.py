@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.config.hybrid import derived_vpp
 from megatron_estimator.config.layout_syntax import count_layout_stages
+from megatron_estimator.megatron.releases import ChosenRelease
 
 
 def _int(value: Any, fallback: int = 1) -> int:
@@ -41,7 +42,9 @@ def shards_optimizer_states(ns: Mapping[str, Any]) -> bool:
     return bool(ns.get("use_distributed_optimizer") or ns.get("use_layer_wise_distributed_optimizer"))
 
 
-def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list[str]]:
+def derive_namespace(ns: Mapping[str, Any], world_size: int, release: ChosenRelease) -> tuple[dict, list[str]]:
+    """What Megatron's validate_args derives from ``ns`` on ``world_size`` GPUs, as release
+    ``release`` derives it, and notes of what was derived."""
     d = dict(ns)
     notes: list[str] = []
     d["world_size"] = world_size
@@ -109,7 +112,7 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
             d["accumulate_allreduce_grads_in_fp32"] = False
         elif d.get("main_grads_dtype", "fp32") == "fp32":
             d["accumulate_allreduce_grads_in_fp32"] = True
-    if d.get("use_megatron_fsdp") and d.get("megatron_fsdp_version", 1) != 2 and _fsdp_forces_dist_opt():
+    if d.get("use_megatron_fsdp") and d.get("megatron_fsdp_version", 1) != 2 and _fsdp_forces_dist_opt(release):
         # arguments.py validate_args from ab43d43f0b (0.18.0); before, the flag stayed as given
         # (the states are sharded by Megatron-FSDP either way: model/states.py)
         if not d.get("use_distributed_optimizer"):
@@ -167,8 +170,8 @@ def derive_namespace(ns: Mapping[str, Any], world_size: int) -> tuple[dict, list
     return d, notes
 
 
-def _fsdp_forces_dist_opt() -> bool:
-    """Whether the chosen release's Megatron-FSDP turns on the distributed optimizer
+def _fsdp_forces_dist_opt(release: ChosenRelease) -> bool:
+    """Whether the release's Megatron-FSDP turns on the distributed optimizer
     (data/megatron_behaviour.tsv fsdp_optimizer_checked)."""
     from megatron_estimator.megatron.behaviour import behaviour
-    return behaviour("fsdp_optimizer_checked") == "1"
+    return behaviour("fsdp_optimizer_checked", release) == "1"

@@ -25,14 +25,13 @@ from megatron_estimator.inputs.rawargs import RawArgs
 DETERMINISTIC_ENVIRONMENT = "deterministic-mode-environment"
 
 
-def _behaviour(rule: str) -> str:
+def _behaviour(rule: str, run: RunContext) -> str:
     from megatron_estimator.megatron.behaviour import behaviour
-    return behaviour(rule)
+    return behaviour(rule, run.release)
 
 
-def _release_said() -> str:
-    from megatron_estimator.megatron.releases import chosen_release
-    chosen = chosen_release()
+def _release_said(run: RunContext) -> str:
+    chosen = run.release
     return f"Megatron {chosen.version}" + (f" as of {chosen.as_of}" if chosen.as_of else "")
 
 
@@ -44,14 +43,14 @@ def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
     checks the determinism variables that are set (apply_determinism_env)."""
     if not ns.get("deterministic_mode"):
         return
-    said = _release_said()
-    for dest in filter(None, _behaviour("deterministic_mode_forbids").split(",")):
+    said = _release_said(run)
+    for dest in filter(None, _behaviour("deterministic_mode_forbids", run).split(",")):
         if ns.get(dest):
             flag = "--" + dest.replace("_", "-")
             yield Problem("deterministic-mode-conflict", raw.location(dest),
                           f"{flag} cannot be used with --deterministic-mode ({said} refuses it): drop one")
     where = (lambda var: f"{run.launch_location} {var}" if run.launch_location else var)
-    mode, _, choices = _behaviour("deterministic_nccl_algo").partition(":")
+    mode, _, choices = _behaviour("deterministic_nccl_algo", run).partition(":")
     accepted = choices.split(",")
     nccl = env.get("NCCL_ALGO")
     if mode == "required" and nccl not in accepted:
@@ -65,14 +64,14 @@ def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
             yield Problem(DETERMINISTIC_ENVIRONMENT, where("NCCL_ALGO"),
                           f"--deterministic-mode accepts NCCL_ALGO tokens {', '.join(accepted)} only ({said}); "
                           f"it is {nccl!r}")
-    for item in filter(None, _behaviour("deterministic_env_values").split(";")):
+    for item in filter(None, _behaviour("deterministic_env_values", run).split(";")):
         var, _, values = item.partition("=")
         allowed = values.split("|")
         if env.get(var) is not None and env[var] not in allowed:
             yield Problem(DETERMINISTIC_ENVIRONMENT, where(var),
                           f"--deterministic-mode accepts {var} = {' or '.join(allowed)} only ({said}); "
                           f"it is {env[var]!r}")
-    for var in filter(None, _behaviour("deterministic_env_one").split(",")):
+    for var in filter(None, _behaviour("deterministic_env_one", run).split(",")):
         if env.get(var) and not env[var].startswith("1"):
             yield Problem(DETERMINISTIC_ENVIRONMENT, where(var),
                           f"{var}={env[var]!r} turns determinism off under --deterministic-mode ({said} "
@@ -111,20 +110,20 @@ def te_version(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCont
             needs.append((dest, "2.9.0", "--" + dest.replace("_", "-")))
     if ns.get("delay_wgrad_compute"):
         if ns.get("overlap_grad_reduce"):
-            needs.append(("delay_wgrad_compute", _behaviour("delay_wgrad_overlap_te_min"),
+            needs.append(("delay_wgrad_compute", _behaviour("delay_wgrad_overlap_te_min", run),
                           "--delay-wgrad-compute with --overlap-grad-reduce"))
         if not ns.get("gradient_accumulation_fusion", True):
             needs.append(("delay_wgrad_compute", "2.7.0", "--delay-wgrad-compute with --no-gradient-accumulation-fusion"))
     for dest, minimum, what in needs:
         if have < te_version_key(minimum):
             yield Problem("transformer-engine-version", raw.location(dest),
-                          f"{what} needs Transformer Engine >= {minimum} ({_release_said()}); {installed}")
+                          f"{what} needs Transformer Engine >= {minimum} ({_release_said(run)}); {installed}")
     if ns.get("fine_grained_activation_offloading") and have >= te_version_key("2.10.0") \
             and env.get("NVTE_CPU_OFFLOAD_V1", "0") != "1":
         where = f"{run.launch_location} NVTE_CPU_OFFLOAD_V1" if run.launch_location else "NVTE_CPU_OFFLOAD_V1"
         yield Problem(TE_ENVIRONMENT, where,
                       f"--fine-grained-activation-offloading with Transformer Engine >= 2.10.0 needs "
-                      f"NVTE_CPU_OFFLOAD_V1=1 ({_release_said()}); {installed}")
+                      f"NVTE_CPU_OFFLOAD_V1=1 ({_release_said(run)}); {installed}")
 
 
 TE_ENVIRONMENT = "transformer-engine-environment"
@@ -134,13 +133,13 @@ def rampup_with_train_iters(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
     """megatron/training/arguments.py validate_args through 0.17: iteration-based training
     (--train-iters) asserts no --rampup-batch-size (from 29e798a48d, 0.17, not under
     --skip-train); 532ad926b4 (0.18) replaced the rampup scheduler and dropped the check."""
-    when = _behaviour("rampup_with_train_iters_rejected")
+    when = _behaviour("rampup_with_train_iters_rejected", run)
     if not ns.get("rampup_batch_size") or not ns.get("train_iters") or when == "never" \
             or when == "unless_skip_train" and ns.get("skip_train"):
         return
     yield Problem("rampup-with-train-iters", raw.location("rampup_batch_size"),
                   f"--rampup-batch-size cannot be used with iteration-based training (--train-iters) in "
-                  f"{_release_said()}; give --train-samples instead")
+                  f"{_release_said(run)}; give --train-samples instead")
 
 
 RELEASE_RULES = [deterministic_mode, te_version, rampup_with_train_iters]

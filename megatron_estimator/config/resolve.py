@@ -18,6 +18,7 @@ from megatron_estimator.config.typed import EstimatorConfig, build_config
 from megatron_estimator.config.derive import derive_namespace
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.megatron.flags import flag_table
+from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.inputs.entry_script import ModelFamily
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -43,10 +44,11 @@ def _smallest_world(ns: Mapping) -> int | None:
     return ParallelDims.smallest_world(tp, pp, cp, ep, etp)
 
 
-def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None) -> tuple[int | None, str]:
+def resolve_world_size(raw: RawArgs, world_size: int | None, source: str | None, release: str
+                       ) -> tuple[int | None, str]:
     if world_size is not None:
         return world_size, source or "--world-size"
-    namespace = flag_table().defaults()       # a fresh dict
+    namespace = flag_table(release).defaults()       # a fresh dict
     namespace.update({d: s.value for d, s in raw.settings.items()})
     smallest = _smallest_world(namespace)
     return smallest, "the smallest world the layout needs (data parallel 1)"
@@ -57,7 +59,8 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                    compute_capability: float | None = None,
                    flash_attn: str | None = None, resume: str = "auto",
                    job_environment: bool = False, launch_location: str | None = None,
-                   family: ModelFamily | None = None, transformer_engine: str | None = None) -> EstimatorConfig:
+                   family: ModelFamily | None = None, transformer_engine: str | None = None,
+                   release: ChosenRelease = DEFAULT_RELEASE) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
     GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
@@ -67,6 +70,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     ``job_environment``: ``environ`` is the launched job's own (``run``, launch scripts); for
     config files it is only the checking shell's, so environment rules become notes.
     ``transformer_engine``: the job's Transformer Engine version, when known (its rules run then).
+    ``release``: the Megatron-LM release checked against (its flags, rules and behaviour).
     These become the configuration's ``run`` (run_context.py ``RunContext``).
     ``family``: the model family the entry script and the flags say (None: a GPT decoder); one
     the estimator does not model is refused with a single ``unsupported-model`` problem
@@ -77,7 +81,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
             raise InvalidInput([refusal])
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
-    table = flag_table()
+    table = flag_table(release.version)
     namespace = table.defaults()        # a fresh dict: Megatron's namespace before parsing
     namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
     normalize_namespace(namespace)      # --num-layers and MTP depths from a hybrid layer pattern
@@ -91,7 +95,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                      "a hybrid model needs --hybrid-layer-pattern (for example M*M-): without it megatron-core's "
                      "HybridModel builds no decoder layers")
 
-    world, source = resolve_world_size(raw, world_size, world_size_source)
+    world, source = resolve_world_size(raw, world_size, world_size_source, release.version)
     if world is None:
         problems.raise_if_any()
         raise InvalidInput([Problem("unknown-world-size", "--world-size",
@@ -106,11 +110,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
         namespace[dest] = table.namespace_default(dest)
 
     tokenizer_defaulted = namespace.get("tokenizer_type") is None    # derive fills pretrain_gpt.py's
-    derived, notes = derive_namespace(namespace, world)
+    derived, notes = derive_namespace(namespace, world, release)
     derived["world_size_source"] = source
     run = RunContext(gpu_compute_capability=compute_capability, flash_attn=flash_attn,
                      resume=resume_of(derived, resume), job_environment=job_environment,
-                     launch_location=launch_location, transformer_engine=transformer_engine)
+                     launch_location=launch_location, transformer_engine=transformer_engine, release=release)
     try:
         rule_problems = check_rules(derived, raw, environ, run)
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):
@@ -125,7 +129,7 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     if not typed:
         problems.raise_if_any()     # the vocabulary below needs the types
 
-    vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1)
+    vocab = vocabulary_of(derived, derived.get("tensor_model_parallel_size") or 1, release)
     unreadable = unreadable_tokenizer_file(derived)
     if unreadable is not None:
         dest, why = unreadable

@@ -411,14 +411,14 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
         yield Problem("fp32-residual-needs-half", raw.location("fp32_residual_connection"),
                       "--fp32-residual-connection needs --fp16 or --bf16")
     if (ns.get("cross_entropy_loss_fusion") and ns.get("cross_entropy_fusion_impl") == "te"
-            and _release_rule("te_cross_entropy_fusion_rejected") == "1"):
+            and _release_rule("te_cross_entropy_fusion_rejected", run) == "1"):
         # arguments.py validate_args from 168cb15d70 (0.19.0); legal before (megatron_behaviour.tsv)
         yield Problem("te-cross-entropy-disabled", raw.location("cross_entropy_fusion_impl"),
                       "Megatron disables Transformer Engine's cross entropy fusion; use "
                       "--cross-entropy-fusion-impl native or drop --cross-entropy-loss-fusion")
     if ns.get("use_megatron_fsdp"):
         # arguments.py validate_args from ab43d43f0b (0.18.0; megatron_behaviour.tsv)
-        if ns.get("optimizer") not in ("sgd", "adam") and _release_rule("fsdp_optimizer_checked") == "1":
+        if ns.get("optimizer") not in ("sgd", "adam") and _release_rule("fsdp_optimizer_checked", run) == "1":
             yield Problem("fsdp-optimizer", raw.location("optimizer"),
                           f"Megatron-FSDP supports --optimizer adam or sgd, not {ns.get('optimizer')}")
         if ns.get("ckpt_format") != "fsdp_dtensor":
@@ -466,7 +466,7 @@ def features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContex
         yield Problem("tp-comm-overlap-needs-sp", raw.location("tp_comm_overlap"),
                       "--tp-comm-overlap needs --sequence-parallel (and tensor parallel size > 1)")
     if ns.get("multi_latent_attention") and ns.get("group_query_attention") \
-            and _release_rule("mla_gqa_rejected") == "1":
+            and _release_rule("mla_gqa_rejected", run) == "1":
         # arguments.py validate_args from dd546099fa (0.16.1; megatron_behaviour.tsv)
         yield Problem("mla-with-gqa", raw.location("group_query_attention"),
                       "--group-query-attention cannot be combined with --multi-latent-attention")
@@ -558,7 +558,7 @@ def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCo
     # raises as soon as the model configuration is built in 0.14 and only warns from 0532e92748
     # (#3678, 0.15): megatron_behaviour.tsv moe_ep_tp_without_sp.
     if (ns.get("tensor_model_parallel_size") or 1) > 1 and not ns.get("sequence_parallel"):
-        early = (ns.get("expert_model_parallel_size") or 1) > 1 and _release_rule("moe_ep_tp_without_sp") == "error"
+        early = (ns.get("expert_model_parallel_size") or 1) > 1 and _release_rule("moe_ep_tp_without_sp", run) == "error"
         when = ("when it builds the model configuration, model_parallel_config.py" if early
                 else "at the first training step, moe_layer.py")
         yield Problem("moe-tp-needs-sequence-parallel", raw.location("tensor_model_parallel_size"),
@@ -658,7 +658,7 @@ def mla_qk_norm(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
         return
     pattern = ns.get("hybrid_pattern_unified")
     hybrid = isinstance(pattern, str)
-    resolved = _release_rule("mla_qk_norm_resolved") == "1"
+    resolved = _release_rule("mla_qk_norm_resolved", run) == "1"
     if ns.get("qk_l2_norm") and (not hybrid or resolved):
         # megatron/core/models/gpt/gpt_layer_specs.py asserts it for the MLA specs (every
         # release); megatron/core/transformer/mla_qk_norm_config.py raises for MLA and DSA
@@ -710,10 +710,10 @@ def check_rules(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
     return problems
 
 
-def _release_rule(rule: str) -> str:
-    """The chosen Megatron release's value for ``rule`` (data/megatron_behaviour.tsv)."""
+def _release_rule(rule: str, run: RunContext) -> str:
+    """The run's Megatron release's value for ``rule`` (data/megatron_behaviour.tsv)."""
     from megatron_estimator.megatron.behaviour import behaviour
-    return behaviour(rule)
+    return behaviour(rule, run.release)
 
 
 # The checks the differential harness found missing (scripts/megatron_validate), kept apart.

@@ -27,10 +27,10 @@ def rule(func):
     return func
 
 
-def _release_rule(rule_name: str) -> str:
-    """The chosen Megatron release's value for ``rule_name`` (data/megatron_behaviour.tsv)."""
+def _release_rule(rule_name: str, run: RunContext) -> str:
+    """The run's Megatron release's value for ``rule_name`` (data/megatron_behaviour.tsv)."""
     from megatron_estimator.megatron.behaviour import behaviour
-    return behaviour(rule_name)
+    return behaviour(rule_name, run.release)
 
 
 def _cuda_graph_impl(ns: Namespace) -> str:
@@ -50,7 +50,7 @@ def moe_bias_expert_tensor_parallel(ns: Namespace, raw: RawArgs, env: Mapping[st
     # TP size defaults to the TP size (megatron/training/arguments.py validate_args).
     if not ns.get("num_experts") or not ns.get("add_bias_linear", True):
         return
-    if _release_rule("moe_bias_needs_etp1") != "1":
+    if _release_rule("moe_bias_needs_etp1", run) != "1":
         return
     etp = ns.get("expert_tensor_parallel_size")
     given = etp is not None         # set by a flag, a config file or the planner's layout
@@ -73,7 +73,7 @@ def cuda_graph_full_recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str
     impl = _cuda_graph_impl(ns)
     if impl in ("none", "full_iteration") or ns.get("recompute_granularity") != "full":
         return
-    if _release_rule("cuda_graph_full_recompute_rejected") != "1":
+    if _release_rule("cuda_graph_full_recompute_rejected", run) != "1":
         return
     yield Problem("cuda-graph-full-recompute", raw.location("recompute_granularity"),
                   f"--recompute-granularity full with CUDA graphs (--cuda-graph-impl {impl}) is refused: full "
@@ -88,7 +88,7 @@ def cuda_graph_nccl_graph_register(ns: Namespace, raw: RawArgs, env: Mapping[str
         return
     if "expandable_segments:True" not in env.get("PYTORCH_CUDA_ALLOC_CONF", "") or env.get("NCCL_GRAPH_REGISTER", "") == "0":
         return
-    if _release_rule("cuda_graph_nccl_graph_register") != "1":
+    if _release_rule("cuda_graph_nccl_graph_register", run) != "1":
         return
     launch = run.launch_location
     yield Problem("cuda-graph-nccl-graph-register",
@@ -123,7 +123,7 @@ def offloading_with_local_cuda_graphs(ns: Namespace, raw: RawArgs, env: Mapping[
     # modules that local CUDA graphs can capture.
     if not ns.get("fine_grained_activation_offloading") or _cuda_graph_impl(ns) != "local":
         return
-    if _release_rule("local_cuda_graph_offload_modules") != "1":
+    if _release_rule("local_cuda_graph_offload_modules", run) != "1":
         return
     unsupported = sorted(set(ns.get("offload_modules") or []) - set(LOCAL_GRAPH_OFFLOAD_MODULES))
     if unsupported:
@@ -271,7 +271,7 @@ def moe_routing(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
                       "--moe-use-grouped-tensor needs --moe-grouped-gemm")
     # from e8e79a43e9 (0.18.0; megatron_behaviour.tsv moe_ffn_hidden_size_needs_experts)
     if experts is None and ns.get("moe_ffn_hidden_size") is not None \
-            and _release_rule("moe_ffn_hidden_size_needs_experts") == "1":
+            and _release_rule("moe_ffn_hidden_size_needs_experts", run) == "1":
         yield Problem("moe-ffn-hidden-size-without-experts", raw.location("moe_ffn_hidden_size"),
                       "--moe-ffn-hidden-size is set but --num-experts is not")
     # The router checks below do not ask for experts: Megatron makes them on dense models too.
@@ -372,7 +372,7 @@ def moe_dispatch_and_overlap(ns: Namespace, raw: RawArgs, env: Mapping[str, str]
             yield Problem("flex-dispatcher-backend", where,
                           "--moe-expert-rank-capacity-factor needs --moe-flex-dispatcher-backend hybridep or ncclep")
         elif (backend == "hybridep" and not (ns.get("use_transformer_engine_op_fuser") or ns.get("moe_use_grouped_tensor"))
-              and _release_rule("rank_capacity_hybridep_checked") == "1"):      # 2d7060f44f, 0.19.0
+              and _release_rule("rank_capacity_hybridep_checked", run) == "1"):      # 2d7060f44f, 0.19.0
             yield Problem("flex-dispatcher-backend", where,
                           "--moe-expert-rank-capacity-factor with hybridep needs --use-transformer-engine-op-fuser "
                           "or --moe-use-grouped-tensor")
@@ -396,7 +396,7 @@ def moe_dispatch_and_overlap(ns: Namespace, raw: RawArgs, env: Mapping[str, str]
             if ns.get(dest) is not None and ns.get("recompute_granularity") is None:
                 yield Problem("moe-overlap-conflict", raw.location(dest),
                               f"--overlap-moe-expert-parallel-comm cannot be combined with {_flag(dest)}")
-        if "moe" in _selective_modules(ns) and _release_rule("moe_overlap_moe_recompute_rejected") == "1":
+        if "moe" in _selective_modules(ns) and _release_rule("moe_overlap_moe_recompute_rejected", run) == "1":
             yield Problem("moe-overlap-conflict", raw.location("recompute_modules"),
                           "--overlap-moe-expert-parallel-comm cannot be combined with recomputing the moe module")
         if not (ns.get("bf16") or ns.get("fp16")):
@@ -468,7 +468,7 @@ def activation_fusions(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
     clamp = ns.get("activation_func_clamp_value")
     # main from 2a75ac12c5 (megatron_behaviour.tsv swiglu_clamp_checked)
     if clamp is not None and act == "silu" and isinstance(clamp, (int, float)) \
-            and _release_rule("swiglu_clamp_checked") == "1":
+            and _release_rule("swiglu_clamp_checked", run) == "1":
         where = raw.location("activation_func_clamp_value")
         if not (clamp > 0 and clamp != float("inf")):
             yield Problem("swiglu-clamp", where, f"--activation-func-clamp-value must be finite and above 0 (it is {clamp})")
@@ -603,11 +603,11 @@ def offloading_and_stash(ns: Namespace, raw: RawArgs, env: Mapping[str, str], ru
     where = raw.location("offload_modules")
     if offload:
         inner = [m for m in MOE_INNER_OFFLOADS if m in offload]
-        if inner and "moe" in _selective_modules(ns) and _release_rule("offload_inside_moe_recompute_rejected") == "1":
+        if inner and "moe" in _selective_modules(ns) and _release_rule("offload_inside_moe_recompute_rejected", run) == "1":
             yield Problem("offload-inside-moe-recompute", where,
                           f"offloading {', '.join(inner)} cannot be combined with recomputing the whole MoE layer "
                           "(moe in --recompute-modules)")
-        if "fused_group_mlp" in offload and _release_rule("fused_group_mlp_offload_checked") == "1":
+        if "fused_group_mlp" in offload and _release_rule("fused_group_mlp_offload_checked", run) == "1":
             if not ns.get("use_transformer_engine_op_fuser"):
                 yield Problem("offload-fused-group-mlp", where,
                               "offloading fused_group_mlp needs --use-transformer-engine-op-fuser")
@@ -635,7 +635,7 @@ def grouped_expert_weights(ns: Namespace, raw: RawArgs, env: Mapping[str, str], 
         return
     where = raw.location("moe_single_grouped_weight" if weight else "moe_single_grouped_bias")
     # main from 883533e049 (megatron_behaviour.tsv single_grouped_needs_grouped_tensor)
-    grouped_tensor_checked = _release_rule("single_grouped_needs_grouped_tensor") == "1"
+    grouped_tensor_checked = _release_rule("single_grouped_needs_grouped_tensor", run) == "1"
     if not ns.get("moe_grouped_gemm"):
         yield Problem("moe-single-grouped", where,
                       "--moe-single-grouped-weight / --moe-single-grouped-bias need --moe-grouped-gemm")
@@ -645,7 +645,7 @@ def grouped_expert_weights(ns: Namespace, raw: RawArgs, env: Mapping[str, str], 
             yield Problem("moe-single-grouped", where,
                           "--moe-single-grouped-weight supports high-precision weights, --fp8-recipe mxfp8 or "
                           "--fp4-recipe nvfp4")
-        if ns.get("fp4") and not ns.get("fp4_param_gather") and _release_rule("single_grouped_fp4_needs_param_gather") == "1":
+        if ns.get("fp4") and not ns.get("fp4_param_gather") and _release_rule("single_grouped_fp4_needs_param_gather", run) == "1":
             yield Problem("moe-single-grouped", where, "--moe-single-grouped-weight under fp4 needs --fp4-param-gather")
         if not ns.get("moe_use_grouped_tensor") and grouped_tensor_checked:
             yield Problem("moe-single-grouped", where, "--moe-single-grouped-weight needs --moe-use-grouped-tensor")
@@ -710,7 +710,7 @@ def cuda_graphs_with_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, s
     impl = _cuda_graph_impl(ns)
     if not ns.get("fine_grained_activation_offloading") or impl == "none":
         return
-    if _release_rule("local_cuda_graph_offload_modules") != "1":
+    if _release_rule("local_cuda_graph_offload_modules", run) != "1":
         return
     modules = _graph_modules(ns)
     where = raw.location("cuda_graph_modules" if raw.given("cuda_graph_modules") else "cuda_graph_impl")
@@ -756,7 +756,7 @@ def batch_invariant_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], ru
     # the checks the release makes: megatron_behaviour.tsv batch_invariant_checks.
     if not ns.get("batch_invariant_mode"):
         return
-    checks = set(_release_rule("batch_invariant_checks").split(","))
+    checks = set(_release_rule("batch_invariant_checks", run).split(","))
     where = raw.location("batch_invariant_mode")
     if "bf16" in checks and not ns.get("bf16"):
         yield Problem("batch-invariant-mode", where, "--batch-invariant-mode needs bf16 parameters (--bf16)")

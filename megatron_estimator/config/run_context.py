@@ -1,5 +1,5 @@
-"""What the run knows beyond its flags: the GPU, the job's software stack and environment,
-whether it resumes from a checkpoint, and where it is launched.
+"""What the run knows beyond its flags: the GPU, the Megatron-LM release, the job's software
+stack and environment, whether it resumes from a checkpoint, and where it is launched.
 
 ``RunContext`` is built once, by ``resolve.resolve_config``, and travels on the typed
 configuration (``EstimatorConfig.run``); the memory model reads it there and nowhere else.
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -73,10 +75,13 @@ class RunContext:
     scripts); for config files it is only the checking shell's, so environment rules are notes.
     ``launch_location``: file:line of a launch script's launch, where its environment applies.
     ``transformer_engine``: the job's Transformer Engine version (``run`` reads it from the job's
-    package metadata); None: not known, and the rules on its version do not run."""
+    package metadata); None: not known, and the rules on its version do not run.
+    ``release``: the Megatron-LM release the run is checked against (a ``ChosenRelease``): the
+    rules, the flag table and the release-dependent behaviour read it here and nowhere else."""
     gpu_compute_capability: float | None = None
     flash_attn: str | None = None
     resume: Resume = Resume()
     job_environment: bool = False
     launch_location: str | None = None
     transformer_engine: str | None = None
+    release: ChosenRelease = DEFAULT_RELEASE

@@ -19,6 +19,7 @@ from megatron_estimator.config.derive import optimizer_sharding
 from megatron_estimator.config.hybrid import HybridConfig, hybrid_config
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.config.run_context import RunContext
+from megatron_estimator.megatron.releases import ChosenRelease
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ HYBRID_STACK_SPECS = frozenset({
 })
 
 
-def _mla_q_proj_norm(ns: Mapping[str, Any]) -> bool:
+def _mla_q_proj_norm(ns: Mapping[str, Any], release: ChosenRelease) -> bool:
     """Whether MLA's linear_q_proj carries the q norm (a fused norm + linear over the hidden size).
 
     From Megatron-LM 4464d1c197 (0.19.0; data/megatron_behaviour.tsv ``mla_qk_norm_resolved``)
@@ -351,7 +352,7 @@ def _mla_q_proj_norm(ns: Mapping[str, Any]) -> bool:
 
     return (bool(ns.get("qk_layernorm")) and ns.get("q_lora_rank") is None
             and ns.get("transformer_impl", "transformer_engine") != "local"
-            and behaviour("mla_qk_norm_resolved") == "1")
+            and behaviour("mla_qk_norm_resolved", release) == "1")
 
 
 def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: Mapping[str, str],
@@ -389,7 +390,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             qk_head_dim=ns["qk_head_dim"],
             qk_pos_emb_head_dim=ns["qk_pos_emb_head_dim"],
             v_head_dim=ns["v_head_dim"],
-            q_proj_norm=_mla_q_proj_norm(ns),
+            q_proj_norm=_mla_q_proj_norm(ns, run.release),
         )
     model = ModelConfig(
         num_layers=num_layers,
@@ -540,7 +541,8 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
     if given:
         from megatron_estimator.megatron.flag_effects import memory_assumptions
 
-        not_modelled = tuple(memory_assumptions(given, {dest: ns.get(dest) for dest in given}))
+        not_modelled = tuple(memory_assumptions(given, {dest: ns.get(dest) for dest in given},
+                                                release=run.release.version))
     return interned(EstimatorConfig(
         model=model, parallel=parallel, split=split, training=training, precision=precision,
         optimizer=optimizer, kernels=kernels, offload=offload, checkpoint=checkpoint,

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -181,8 +183,10 @@ def resolve_vocabulary(
     make_vocab_size_divisible_by: int,
     tp: int,
     pad: bool = True,
+    release: ChosenRelease = DEFAULT_RELEASE,
 ) -> Vocabulary | None:
-    """The vocabulary Megatron builds, or None when nothing tells its size."""
+    """The vocabulary Megatron builds (``release``: the run's Megatron release), or None when
+    nothing tells its size."""
 
     def padded(size: int, source: str) -> Vocabulary:
         if not pad:
@@ -204,12 +208,11 @@ def resolve_vocabulary(
         # end-of-document token is id vocab_size, so the tokenizer's size (what Megatron pads)
         # is one more; from c9dfe34798 (0.18.0) it is --vocab-size itself.
         from megatron_estimator.megatron.behaviour import behaviour
-        from megatron_estimator.megatron.releases import chosen_release
 
-        if behaviour("null_tokenizer_eod_extra") == "1":
+        if behaviour("null_tokenizer_eod_extra", release) == "1":
             return padded(vocab_size + 1, f"--vocab-size {vocab_size} + NullTokenizer's end-of-document token "
-                                          f"(Megatron {chosen_release().version})")
-        return padded(vocab_size, f"--vocab-size {vocab_size} (NullTokenizer, Megatron {chosen_release().version}: "
+                                          f"(Megatron {release.version})")
+        return padded(vocab_size, f"--vocab-size {vocab_size} (NullTokenizer, Megatron {release.version}: "
                                   "the end-of-document token is within it)")
     if vocab_size is not None:
         return padded(vocab_size, f"--vocab-size {vocab_size}")
@@ -252,8 +255,9 @@ def unreadable_tokenizer_file(namespace: Mapping[str, Any]) -> tuple[str, str] |
     return None
 
 
-def vocabulary_of(namespace: Mapping[str, Any], tp: int) -> Vocabulary | None:
-    """The vocabulary a Megatron namespace (argparse dests) builds at tensor parallel size tp.
+def vocabulary_of(namespace: Mapping[str, Any], tp: int, release: ChosenRelease) -> Vocabulary | None:
+    """The vocabulary a Megatron namespace (argparse dests) builds at tensor parallel size tp,
+    as release ``release`` builds it.
 
     An unset --tokenizer-type is pretrain_gpt.py's GPT2BPETokenizer (its args_defaults)."""
     return resolve_vocabulary(
@@ -265,4 +269,5 @@ def vocabulary_of(namespace: Mapping[str, Any], tp: int) -> Vocabulary | None:
         make_vocab_size_divisible_by=namespace.get("make_vocab_size_divisible_by") or 128,
         tp=tp,
         pad=bool(namespace.get("pad_vocab_size", True)),
+        release=release,
     )

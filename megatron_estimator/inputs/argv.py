@@ -38,6 +38,7 @@ from megatron_estimator.megatron.flags import (
     convert_value,
     flag_table,
 )
+from megatron_estimator.megatron.releases import NEWEST
 
 # The ``conditional`` of the flags an entry script registers (inputs/script_flags.py).
 SCRIPT_CONDITION = "entry-script"
@@ -89,8 +90,9 @@ class ArgvReading:
 
 
 def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
-                        source: str = "command line") -> tuple[RawArgs, tuple[Problem, ...]]:
-    """Megatron's flags in ``argv`` -> the settings given, and every problem found.
+                        source: str = "command line", release: str = NEWEST) -> tuple[RawArgs, tuple[Problem, ...]]:
+    """Megatron's flags in ``argv`` -> the settings given, and every problem found, by the
+    flags of release ``release`` (a label of ``data/megatron_releases.tsv``).
 
     ``argv`` is what follows the training script (``pretrain_gpt.py``).  ``locations``, one per
     token, names where each token came from (``run.sh:12``); a setting's location is then
@@ -98,13 +100,13 @@ def parse_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None 
     ``help-flag``, ``missing-value``, ``invalid-value``, ``invalid-choice``,
     ``unexpected-argument``, ``ignored-explicit-value``.
     """
-    reading = read_megatron_argv(argv, locations=locations, source=source)
+    reading = read_megatron_argv(argv, locations=locations, source=source, release=release)
     return reading.raw, reading.problems
 
 
 def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None = None,
                        source: str = "command line", script_flags: Sequence[FlagSpec] = (),
-                       accepted: Collection[str] = (), opaque: Collection[int] = ()) -> ArgvReading:
+                       accepted: Collection[str] = (), opaque: Collection[int] = (), release: str = NEWEST) -> ArgvReading:
     """``parse_megatron_argv`` with the flags an entry script adds to Megatron's parser
     (``script_flags``, read by ``inputs.script_flags``: parsed with their own arity and
     choices, their values checked but not kept, since Megatron's model does not read them) and
@@ -116,12 +118,12 @@ def read_megatron_argv(argv: Sequence[str], *, locations: Sequence[str] | None =
     tokens = list(argv)
     if locations is not None and len(locations) != len(tokens):
         raise ValueError(f"locations has {len(locations)} entries for {len(tokens)} tokens")
-    table = flag_table()
+    table = flag_table(release)
     if not script_flags and not accepted and not opaque:
         fast = _plain_reading(tokens, table, locations, source)
         if fast is not None:
             return fast
-    return _read_argv(tokens, table, locations, source, script_flags, accepted, opaque)
+    return _read_argv(tokens, table, locations, source, script_flags, accepted, opaque, release)
 
 
 # -- the plain path -------------------------------------------------------------------------
@@ -223,7 +225,8 @@ def _plain_reading(tokens: list[str], table: FlagTable, locations: Sequence[str]
 
 
 def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | None, source: str,
-               script_flags: Sequence[FlagSpec], accepted: Collection[str], opaque: Collection[int]) -> ArgvReading:
+               script_flags: Sequence[FlagSpec], accepted: Collection[str], opaque: Collection[int],
+               release: str) -> ArgvReading:
     """``read_megatron_argv`` on any command line, with every problem."""
     problems = ProblemCollector()
     settings: dict[str, RawSetting] = {}
@@ -295,10 +298,10 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
             elif spelled in _HELP:
                 problems.add("help-flag", location, "Megatron prints its help and exits instead of training")
             else:
-                suggestions = _best_suggestions(spelled, tuple(script_specs))
+                suggestions = _best_suggestions(spelled, release, tuple(script_specs))
                 hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
                 from megatron_estimator.megatron.flags import history_message
-                history = history_message(spelled)
+                history = history_message(spelled, release)
                 text = f"unknown flag ({history})" if history else "unknown flag" + hint
                 problem = Problem("unknown-flag", location, text)
                 problems.extend((problem,))
@@ -388,11 +391,11 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
                        problems.problems, tuple(unknown))
 
 
-def _best_suggestions(option: str, extra: Sequence[str] = ()) -> list[str]:
+def _best_suggestions(option: str, release: str, extra: Sequence[str] = ()) -> list[str]:
     """The closest flags worth naming: the best match and any nearly as close."""
     import difflib
 
-    found = closest_flags(option, extra=extra)
+    found = closest_flags(option, extra=extra, release=release)
     if len(found) < 2:
         return found
     normalized = "--" + option.lstrip("-").replace("_", "-")
@@ -448,10 +451,10 @@ def _choice_message(exc: FlagChoiceError) -> str:
     return message
 
 
-def conditional_flag_notes(raw: RawArgs) -> tuple[Problem, ...]:
+def conditional_flag_notes(raw: RawArgs, release: str = NEWEST) -> tuple[Problem, ...]:
     """Notes (not problems) for the settings in ``raw`` whose flags exist only with an optional
     extension: code ``conditional-flag``, located where the setting was given."""
-    table = flag_table()
+    table = flag_table(release)
     notes = []
     for dest, setting in raw.settings.items():
         spec = table.by_dest(dest)

@@ -180,8 +180,8 @@ def find_script_file(script: str, is_module: bool, base_dirs: Sequence[str]) -> 
 
 def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, is_module: bool = False,
                     base_dirs: Sequence[str] = (), locations: Sequence[str] | None = None,
-                    source: str = "command line", accepted: Collection[str] = (), opaque: Collection[int] = ()
-                    ) -> tuple[RawArgs, tuple[Problem, ...], EntryScript]:
+                    source: str = "command line", accepted: Collection[str] = (), opaque: Collection[int] = (),
+                    release: str) -> tuple[RawArgs, tuple[Problem, ...], EntryScript]:
     """The Megatron flags ``argv`` that follow the entry script ``script`` (named at
     ``script_location``): the settings, every problem, and what was learnt of the script.
 
@@ -190,10 +190,12 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     Megatron's own that adds no flags (``MEGATRON_ONLY_FLAGS``) an unknown flag is an error of
     its own whatever the reading finds (a modified copy's flags are still accepted); after any
     other, unknown flags the reading cannot rule out are grouped (``_unread``).  ``accepted``:
-    option strings the settings accept as the script's own."""
+    option strings the settings accept as the script's own; ``release``: the label of the
+    release whose flags Megatron's parser has."""
     known = known_script(script, is_module)
     entry = EntryScript(script, script_location, is_module)
-    first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted, opaque=opaque)
+    first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted, opaque=opaque,
+                               release=release)
     if known is not None and not first.unknown:
         return first.raw, first.problems, entry
     megatron_only = known is not None and known[0] in MEGATRON_ONLY_FLAGS
@@ -216,7 +218,7 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     if not first.unknown:
         return first.raw, first.problems, entry
     second = read_megatron_argv(argv, locations=locations, source=source, script_flags=found.specs, opaque=opaque,
-                                accepted=accepted)
+                                accepted=accepted, release=release)
     if found.incomplete is not None and not megatron_only:
         # The rest may be flags the part not read registers: not typos for certain.
         return _unread(second, replace(entry, unread_reason=f"only in part: {found.incomplete}"), known)

@@ -139,16 +139,17 @@ def _split_prefix(line: str) -> tuple[str | None, int | None, str]:
     return None, None, line
 
 
-def read_megatron_log(path: str | Path) -> MegatronLog:
+def read_megatron_log(path: str | Path, release: str = "main") -> MegatronLog:
+    """The log at ``path`` (``parse_megatron_log``), its arguments read by release ``release``'s flags."""
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         return MegatronLog(RawArgs(source=name), (Problem("unreadable-file", name, err.strerror or str(err)),))
-    return parse_megatron_log(text, name)
+    return parse_megatron_log(text, name, release)
 
 
-def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
+def parse_megatron_log(text: str, name: str = "log", release: str = "main") -> MegatronLog:
     lines = text.split("\n")
     ends_cut = not text.endswith("\n")
     block: list[tuple[int, str]] = []
@@ -213,7 +214,7 @@ def parse_megatron_log(text: str, name: str = "log") -> MegatronLog:
             dropped = block.pop()
             notes.append(f"{name}:{dropped[0]}: its last line is cut off mid-line and is not read")
     cut_after = None if end_line is not None else (block[-1][0] if block else header_line)
-    return _settings(block, name, tuple(memory), tuple(ooms), notes, cut_after)
+    return _settings(block, name, tuple(memory), tuple(ooms), notes, cut_after, release)
 
 
 def _oom(groups: dict, rank: int | None, source: str, where: str) -> OutOfMemory:
@@ -228,10 +229,10 @@ def _oom(groups: dict, rank: int | None, source: str, where: str) -> OutOfMemory
 
 
 def _settings(block: list[tuple[int, str]], name: str, memory, ooms, notes: list[str],
-              cut_after: int | None = None) -> MegatronLog:
+              cut_after: int | None, release: str) -> MegatronLog:
     from megatron_estimator.megatron.flags import flag_table
 
-    table = flag_table()
+    table = flag_table(release)
     problems = ProblemCollector()
     settings: dict[str, RawSetting] = {}
     derived: dict[str, str] = {}

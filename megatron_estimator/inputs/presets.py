@@ -28,8 +28,9 @@ def preset_names() -> tuple[str, ...]:
     return tuple(sorted(_preset_files()))
 
 
-def load_preset(name: str) -> "HfImport":
-    """The Megatron settings of a named model; an unknown name gives an ``unknown-preset`` problem."""
+def load_preset(name: str, release: str = "main") -> "HfImport":
+    """The Megatron settings of a named model, in release ``release``'s flags; an unknown name
+    gives an ``unknown-preset`` problem."""
     from megatron_estimator.inputs.hf import HfImport, parse_hf_config
 
     files = _preset_files()
@@ -46,4 +47,4 @@ def load_preset(name: str) -> "HfImport":
         )
         source = f"preset {name}"
         return HfImport(source, None, RawArgs({}, source), (), (), (problem,), ())
-    return parse_hf_config(path.read_text(encoding="utf-8"), f"presets/{path.name}")
+    return parse_hf_config(path.read_text(encoding="utf-8"), f"presets/{path.name}", release)

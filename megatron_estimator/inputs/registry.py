@@ -29,6 +29,7 @@ class ReadOptions:
     environ: Mapping[str, str]                 # the environment it would run in
     script_args: Sequence[str] | None = None   # a launch script's arguments (None: not known)
     world_size_given: bool = False             # the caller gives the world size
+    release: str = "main"                      # the label of the Megatron release whose flags it holds
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
     from megatron_estimator.inputs.launch.script import load_launch_script
 
     script, problems = load_launch_script(path, options.environ, script_args=options.script_args,
-                                          world_size_given=options.world_size_given)
+                                          world_size_given=options.world_size_given, release=options.release)
     if script is None or script.command is None or script.command.script is None:
         return FileInput(problems=tuple(problems))
     unknown = None
@@ -185,7 +186,7 @@ def _launch_script_skip_reason(path) -> str | None:
 def _read_hf_config(path, options: ReadOptions) -> FileInput:
     from megatron_estimator.inputs.hf import load_hf_config
 
-    loaded = load_hf_config(path)
+    loaded = load_hf_config(path, options.release)
     return FileInput(loaded.raw, tuple(loaded.problems),
                      notes=tuple(f"{hf_key} -> {flag} {value}" for hf_key, flag, value in loaded.mapping))
 
@@ -197,7 +198,7 @@ register(FileFormat("shell", _read_launch_script, _launch_script_skip_reason))
 def _read_megatron_log(path, options: ReadOptions) -> FileInput:
     from megatron_estimator.inputs.megatron_log import read_megatron_log
 
-    log = read_megatron_log(path)
+    log = read_megatron_log(path, options.release)
     return FileInput(log.raw, log.problems, world_size=log.world_size, world_size_source=log.world_size_location,
                      notes=log.notes)
 

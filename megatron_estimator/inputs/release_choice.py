@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,
                             launch: Sequence[str] | None = None, setting: tuple[str, str] | None = None,
-                            select: bool = True, given_source: str = "--megatron-version",
-                            environment_is_jobs: bool = False):
+                            given_source: str = "--megatron-version", environment_is_jobs: bool = False):
     """The Megatron release a run is checked against (a ``ChosenRelease``), first match wins:
     ``given`` (``--megatron-version``); the setting (``setting``, else
     ``$MEGATRON_ESTIMATOR_MEGATRON_VERSION``); ``megatron/core/package_info.py`` of the
@@ -28,13 +27,12 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
     the installed megatron-core's metadata; a NeMo container tag (``nvcr.io/nvidia/nemo:YY.MM``)
     in ``launch`` or in a launch script it names, by ``data/nemo_containers.tsv``; else the
     newest supported release.  Without ``environment_is_jobs`` the installed megatron-core is
-    not consulted, so the API, tests and calibration stay deterministic.  With ``select`` it
-    becomes the release every later lookup answers for.  Raises ``ValueError``
+    not consulted, so the API, tests and calibration stay deterministic.  The caller passes the
+    answer on to the readers and to ``evaluate`` (``TrainingInput.release``).  Raises ``ValueError``
     (``UnknownRelease``) naming the supported releases.  ``given_source`` names where
     ``given`` came from (the pytest fixture's argument or option)."""
     from megatron_estimator.megatron.releases import (
-        ENV_VAR, chosen_release, default_release, installed_megatron_core, nemo_container_release, read_package_info,
-        release_of, select_release)
+        ENV_VAR, default_release, installed_megatron_core, nemo_container_release, read_package_info, release_of)
 
     environ = os.environ if environ is None else environ
     chosen, notes = None, []
@@ -66,9 +64,7 @@ def choose_megatron_release(given: str | None = None, environ: Mapping[str, str]
         chosen = replace(chosen, warning="; ".join(([chosen.warning] if chosen.warning else []) + notes))
     elif chosen is None and notes:
         chosen = replace(default_release(), warning="; ".join(notes))
-    if select:
-        select_release(chosen)
-    return chosen if chosen is not None else chosen_release()
+    return chosen if chosen is not None else default_release()
 
 
 def _nemo_tags_of(launch: Sequence[str]) -> list:

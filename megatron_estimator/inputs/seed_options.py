@@ -44,14 +44,14 @@ def option_location(option: str) -> str:
     return f"{SOURCE} {option}"
 
 
-def read_options(given: Sequence[tuple[str, Any]]) -> tuple[RawArgs, tuple[Problem, ...]]:
+def read_options(given: Sequence[tuple[str, Any]], release: str = "main") -> tuple[RawArgs, tuple[Problem, ...]]:
     """The options given (``("--tp", "2")``; a switch's value is True) as Megatron settings,
     each value converted and checked as Megatron's converter for its flag does
     (``megatron.flags.convert_value``), with every problem."""
     from megatron_estimator.inputs.argv import convert_values
     from megatron_estimator.megatron.flags import flag_table
 
-    table = flag_table()
+    table = flag_table(release)
     problems = ProblemCollector()
     settings: dict[str, RawSetting] = {}
     for option, text in given:

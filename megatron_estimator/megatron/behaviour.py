@@ -3,8 +3,8 @@
 One row per rule and unbroken run of releases (``first``..``last``, labels of
 ``data/megatron_releases.tsv``), with the value the rule takes there, the commit that
 changed it and, on every row but a rule's oldest, ``date``: the commit date (UTC) from which
-the row's value holds on Megatron-LM's main branch.  ``behaviour(rule)`` answers for the chosen
-release (``megatron.releases``); ``behaviour(rule, label)`` for another.  A chosen ``main`` with
+the row's value holds on Megatron-LM's main branch.  ``behaviour(rule, release)`` answers for a run's
+release (``RunContext.release``, a ``ChosenRelease``); ``behaviour_row(rule, label)`` for a label.  A ``main`` with
 an ``as_of`` date (``ChosenRelease.as_of``: a main-branch commit of that day, as
 ``scripts/calibrate`` checks each measured row) steps back from a row whose ``date`` is later
 than that day to the row before it.  Edit the data file, not this loader.  Rules whose value
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from megatron_estimator.core.resources import read_data_text
+from megatron_estimator.megatron.releases import ChosenRelease
 
 BEHAVIOUR_FILE = "megatron_behaviour.tsv"
 
@@ -48,15 +49,9 @@ def _covering(rule: str, at: int) -> BehaviourRow:
     raise KeyError(f"{BEHAVIOUR_FILE}: no row for {rule!r} at release order {at}")
 
 
-def behaviour_row(rule: str, label: str | None = None, as_of: str | None = None) -> BehaviourRow:
-    """The row of ``rule`` that covers release ``label`` (default: the chosen one, with its
-    ``as_of`` date), or, for ``main`` as of a day (``YYYY-MM-DD``), the row in force on the
-    main branch that day."""
-    from megatron_estimator.megatron.releases import chosen_release
-
-    if label is None:
-        chosen = chosen_release()
-        label, as_of = chosen.version, (chosen.as_of if as_of is None else as_of)
+def behaviour_row(rule: str, label: str, as_of: str | None = None) -> BehaviourRow:
+    """The row of ``rule`` that covers release ``label``, or, for ``main`` as of a day
+    (``YYYY-MM-DD``), the row in force on the main branch that day."""
     return _row_in_force(rule, label, as_of)
 
 
@@ -74,5 +69,7 @@ def _row_in_force(rule: str, label: str, as_of: str | None) -> BehaviourRow:
     return row
 
 
-def behaviour(rule: str, label: str | None = None, as_of: str | None = None) -> str:
-    return behaviour_row(rule, label, as_of).value
+def behaviour(rule: str, release: ChosenRelease) -> str:
+    """``rule``'s value for the run's release (``RunContext.release``: its label and, for main,
+    its ``as_of`` day)."""
+    return behaviour_row(rule, release.version, release.as_of or None).value

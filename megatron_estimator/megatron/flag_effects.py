@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping
 
 from megatron_estimator.core.resources import read_data_text
+from megatron_estimator.megatron.releases import NEWEST
 
 EFFECTS_FILE = "flag_effects.tsv"
 CATEGORIES_FILE = "flag_effect_categories.tsv"
@@ -124,16 +125,17 @@ def classify(dest: str) -> str:
     raise KeyError(f"{dest!r} is not a Megatron argument dest")
 
 
-def _spelling(dest: str) -> str:
+def _spelling(dest: str, release: str) -> str:
     from megatron_estimator.megatron.flags import flag_table
 
-    spec = flag_table().by_dest(dest)
+    spec = flag_table(release).by_dest(dest)
     return spec.flag if spec is not None else "--" + dest.replace("_", "-")
 
 
-def memory_assumptions(given_dests: Iterable[str],
-                       values: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
-    """(flag, assumption) for each given dest that changes memory but is not modelled.
+def memory_assumptions(given_dests: Iterable[str], values: Mapping[str, Any] | None = None, *,
+                       release: str = NEWEST) -> list[tuple[str, str]]:
+    """(flag, assumption) for each given dest that changes memory but is not modelled, spelled
+    and defaulted as release ``release`` (a label) has them.
 
     The order is the file's rows (Megatron's registration order), whatever the order of
     ``given_dests``; each flag appears once.  The flag is Megatron's first option string for
@@ -145,8 +147,8 @@ def memory_assumptions(given_dests: Iterable[str],
     if values is not None:
         from megatron_estimator.megatron.flags import flag_table
 
-        table = flag_table()
+        table = flag_table(release)
         given = {d for d in given
                  if d not in values or table.by_dest(d) is None or values[d] != table.default(d)}
-    return [(_spelling(dest), NOT_MODELLED[dest]) for dest in sorted(given, key=_NOT_MODELLED_ORDER.__getitem__)]
+    return [(_spelling(dest, release), NOT_MODELLED[dest]) for dest in sorted(given, key=_NOT_MODELLED_ORDER.__getitem__)]
 

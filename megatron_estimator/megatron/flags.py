@@ -3,7 +3,7 @@
 The table (``data/megatron_flags.tsv``, written by ``scripts/import_flags``) describes every
 flag that ``megatron/training/arguments.py`` registers: option strings, dest, argparse action,
 type converter, nargs, default, choices, and whether an optional extension must be installed
-for the flag to exist.  ``flag_table()`` loads it once, lazily; it answers lookups by option
+for the flag to exist.  ``flag_table(label)`` loads a release's once, lazily; it answers lookups by option
 string or dest, and Megatron's defaults.  ``convert_value`` converts one value string as the
 flag's converter does (``moe_freq_type``, ``tuple_type``, ...) and checks its choices.
 
@@ -25,6 +25,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start
 if TYPE_CHECKING:
     from typing import Any, Iterator, Sequence
 
+from megatron_estimator.megatron.releases import NEWEST
 from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text
 
@@ -229,7 +230,7 @@ class FlagTable:
         return _copy(self._all_defaults()[dest])
 
     def _plain_namespace(self) -> tuple[dict[str, Any], tuple[str, ...]]:
-        # Built once per table, and flag_table_for caches one table per release: the defaults
+        # Built once per table, and flag_table caches one table per release: the defaults
         # are keyed by the chosen release.
         if self._namespace is None:
             everything = self._all_defaults()
@@ -265,17 +266,15 @@ def _typed_choices(text: str, type_name: str) -> tuple:
 HISTORY_FILE = "megatron_flag_history.tsv"
 
 
-def flag_table() -> FlagTable:
-    """The flags of the chosen Megatron release (``megatron.releases.select_release``; main
-    when none was chosen), read on first use."""
-    from megatron_estimator.megatron.releases import chosen_release
-    return flag_table_for(chosen_release().version)
+def flag_table(label: str = NEWEST) -> FlagTable:
+    """The flags of release ``label`` (of ``data/megatron_releases.tsv``; a run's is
+    ``RunContext.release.version``, a reader is given it), read once per release."""
+    return _flag_table(label)
 
 
 @cache
-def flag_table_for(label: str) -> FlagTable:
-    """The flags of release ``label`` (of ``data/megatron_releases.tsv``): main from
-    ``megatron_flags.tsv``, another release by expanding the interval table for it alone."""
+def _flag_table(label: str) -> FlagTable:
+    """Main from ``megatron_flags.tsv``, another release by expanding the interval table for it alone."""
     if label == "main":
         return FlagTable.from_text(read_data_text(TABLE_FILE))
     from megatron_estimator.megatron.releases import labels, order_of
@@ -303,14 +302,12 @@ def flag_history(option: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(found)
 
 
-def history_message(option: str, label: str | None = None) -> str | None:
-    """Why ``option``, unknown to release ``label`` (default: the chosen one), is known to
+def history_message(option: str, label: str = NEWEST) -> str | None:
+    """Why ``option``, unknown to release ``label``, is known to
     another release: "removed in 0.18.0", "needs Megatron 0.18.0 or later", or its new
     spelling; None when no known release has it."""
-    from megatron_estimator.megatron.releases import chosen_release, labels, order_of
+    from megatron_estimator.megatron.releases import labels, order_of
 
-    if label is None:
-        label = chosen_release().version
     history = flag_history(option)
     if not history:
         return None
@@ -325,7 +322,7 @@ def history_message(option: str, label: str | None = None) -> str | None:
     last = max(earlier, key=order_of)
     removed_in = names[order_of(last) + 1]
     message = f"not in {where}; removed in {removed_in} (last in {last})"
-    table = flag_table_for(label)
+    table = flag_table(label)
     dests = {dest for _, _, dest in history}
     for dest in dests:
         spec = table.by_dest(dest)
@@ -334,14 +331,15 @@ def history_message(option: str, label: str | None = None) -> str | None:
     return message
 
 
-def dest_for_option(option: str) -> str | None:
-    """The dest that an exact option string stores into, or None for an unknown option."""
-    spec = flag_table().by_option(option)
+def dest_for_option(option: str, release: str = NEWEST) -> str | None:
+    """The dest that an exact option string stores into in release ``release``, or None for an
+    unknown option."""
+    spec = flag_table(release).by_option(option)
     return None if spec is None else spec.dest
 
 
-def closest_flags(option: str, n: int = 3, extra: Sequence[str] = ()) -> list[str]:
-    """Up to ``n`` known option strings closest to ``option`` (a misspelling), best first;
+def closest_flags(option: str, n: int = 3, extra: Sequence[str] = (), *, release: str = NEWEST) -> list[str]:
+    """Up to ``n`` option strings of release ``release`` closest to ``option`` (a misspelling), best first;
     ``extra``: more known option strings (an entry script's own flags).
 
     ``--num_layers`` and ``-num-layers`` find ``--num-layers`` first, a short name other tools
@@ -351,7 +349,7 @@ def closest_flags(option: str, n: int = 3, extra: Sequence[str] = ()) -> list[st
     from megatron_estimator.core.hints import close_matches
     from megatron_estimator.megatron.short_options import megatron_flag_for
 
-    table = flag_table()
+    table = flag_table(release)
     name = option.split("=", 1)[0]
     normalized = "--" + name.lstrip("-").replace("_", "-")
     found: list[str] = []

@@ -6,9 +6,10 @@ order, ``main`` last.  ``choose_release(text)`` maps a version string (``0.16``,
 unknown patch or an rc/dev string to the nearest known release of its minor (with a warning);
 anything else raises ``UnknownRelease`` naming the supported ones.
 
-The chosen release is process state (``select_release``): the command line, the settings and
-the pytest fixture choose it once, before any input is read; ``megatron.flags.flag_table()``
-then answers for it.  Without a choice it is the newest supported release, ``main``.
+The release a run is checked against is part of its run context: each front chooses it once
+(``inputs/release_choice.py``) and passes it to the readers (``megatron.flags.flag_table(label)``)
+and to validation and the model (``RunContext.release``).  Nothing here is process state; a
+caller that chooses none gets ``DEFAULT_RELEASE``, the newest supported release, ``main``.
 """
 
 from __future__ import annotations
@@ -127,41 +128,16 @@ def choose_release(text: str, detected: bool = False) -> tuple[str, str]:
     return nearest.label, f"Megatron {text} is not a release the estimator knows; checked as {nearest.label}"
 
 
-# -- the chosen release (process state) -------------------------------------------------------
+# -- the default -------------------------------------------------------------------------------
+# A release is never process state: every lookup is given the release it answers for (the run
+# context's ``release``, config/run_context.py).  A caller that chooses none checks against main.
 
-_DEFAULT = ChosenRelease(NEWEST, "default: the newest supported release (none was detected or given)")
-_chosen: ChosenRelease = _DEFAULT
-
-
-def select_release(chosen: ChosenRelease | None) -> None:
-    """Make ``chosen`` the release every later lookup answers for (None: the default)."""
-    global _chosen
-    _chosen = _DEFAULT if chosen is None else chosen
-
-
-class using_release:
-    """``with using_release("0.16.1"):`` checks against that release inside the block only
-    (a label, or a ``ChosenRelease`` already made, as the pytest fixture passes)."""
-
-    def __init__(self, label: "str | ChosenRelease", source: str = "using_release"):
-        self._chosen = label if isinstance(label, ChosenRelease) else release_of(label, source)
-
-    def __enter__(self) -> ChosenRelease:
-        self._saved = _chosen
-        select_release(self._chosen)
-        return self._chosen
-
-    def __exit__(self, *exc) -> None:
-        select_release(self._saved)
+DEFAULT_RELEASE = ChosenRelease(NEWEST, "default: the newest supported release (none was detected or given)")
 
 
 def default_release() -> ChosenRelease:
     """The release checked against when none is chosen (``main``, saying so)."""
-    return _DEFAULT
-
-
-def chosen_release() -> ChosenRelease:
-    return _chosen
+    return DEFAULT_RELEASE
 
 
 def release_of(text: str, source: str, detected: bool = False) -> ChosenRelease:

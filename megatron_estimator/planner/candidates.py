@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     Verifier = Callable[[RawArgs], Verdict]
 
 
-def _flag_tokens(dest: str, value: Any) -> list[str]:
+def _flag_tokens(dest: str, value: Any, release: str) -> list[str]:
     from megatron_estimator.megatron.flags import flag_table
 
-    spec = flag_table().by_dest(dest)
+    spec = flag_table(release).by_dest(dest)
     if spec.action == "store_true":
         return [spec.flag]
     if isinstance(value, (list, tuple)):
@@ -36,24 +36,25 @@ def _flag_tokens(dest: str, value: Any) -> list[str]:
     return [spec.flag, str(value)]
 
 
-def _input_value(raw: RawArgs, dest: str) -> Any:
+def _input_value(raw: RawArgs, dest: str, release: str) -> Any:
     from megatron_estimator.megatron.flags import flag_table
 
-    return raw.value(dest) if raw.given(dest) else flag_table().default(dest)
+    return raw.value(dest) if raw.given(dest) else flag_table(release).default(dest)
 
 
 def _unset(value: Any) -> bool:
     return value is None or value is False
 
 
-def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def candidate_flags(raw: RawArgs, settings: Mapping[str, Any], release: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(flags to add, flags to remove) that turn the input ``raw`` into this layout: only the
     planned settings whose value differs from what the input gives (a flag or Megatron's
     default).  A setting the layout leaves unset is removed where the input sets it: no flag
-    unsets it.  ``--expert-tensor-parallel-size`` unset means tp, so it is compared as given."""
+    unsets it.  ``--expert-tensor-parallel-size`` unset means tp, so it is compared as given.
+    ``release``: the label of the release whose flags and defaults are compared."""
     from megatron_estimator.megatron.flags import flag_table
 
-    table = flag_table()
+    table = flag_table(release)
     add: list[str] = []
     remove: list[str] = []
     # Besides the planned dests, a hybrid split's layer pattern (space.extra_dests).
@@ -62,7 +63,7 @@ def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[st
         value = settings.get(dest)
         if dest == "recompute_modules" and settings.get("recompute_granularity") != "selective":
             continue              # only selective recompute reads the module list
-        before = _input_value(raw, dest)
+        before = _input_value(raw, dest, release)
         if _unset(value):
             if raw.given(dest) and not _unset(raw.value(dest)):
                 remove.append(table.by_dest(dest).flag)
@@ -71,21 +72,22 @@ def candidate_flags(raw: RawArgs, settings: Mapping[str, Any]) -> tuple[tuple[st
             before = tuple(before)
         if (tuple(value) if isinstance(value, list) else value) == before:
             continue
-        add += _flag_tokens(dest, value)
+        add += _flag_tokens(dest, value, release)
     return tuple(add), tuple(remove)
 
 
-def candidate_raw(raw: RawArgs, candidate: Candidate) -> RawArgs:
+def candidate_raw(raw: RawArgs, candidate: Candidate, release: str) -> RawArgs:
     """The input's settings with this candidate's layout: what the verifier re-estimates."""
-    return layout_raw(raw, dict(candidate.settings))
+    return layout_raw(raw, dict(candidate.settings), release)
 
 
-def candidate_argv(argv: Sequence[str], candidate: Candidate) -> list[str]:
+def candidate_argv(argv: Sequence[str], candidate: Candidate, release: str) -> list[str]:
     """Megatron flags ``argv`` edited to select this candidate: the flags it removes or sets are
-    taken out with their values, then ``candidate.flags`` are appended."""
+    taken out with their values, then ``candidate.flags`` are appended (``release``: the label
+    of the release whose flags ``argv`` holds)."""
     from megatron_estimator.megatron.flags import flag_table
 
-    table = flag_table()
+    table = flag_table(release)
     touched = {table.by_option(f).dest for f in candidate.remove_flags}
     touched.update(spec.dest for spec in map(table.by_option, candidate.flags) if spec is not None)
     out: list[str] = []
@@ -111,7 +113,7 @@ def candidate_argv(argv: Sequence[str], candidate: Candidate) -> list[str]:
 
 
 
-def layout_raw(raw: RawArgs, settings: Mapping[str, Any]) -> RawArgs:
+def layout_raw(raw: RawArgs, settings: Mapping[str, Any], release: str) -> RawArgs:
     """The input's settings with these planned settings instead of its own."""
     out = {d: s for d, s in raw.settings.items() if d not in PLANNED_DESTS and d not in settings}
     for dest, value in settings.items():
@@ -120,7 +122,7 @@ def layout_raw(raw: RawArgs, settings: Mapping[str, Any]) -> RawArgs:
         if dest == "recompute_modules" and settings.get("recompute_granularity") != "selective" and raw.given(dest):
             out[dest] = raw.settings[dest]
             continue
-        out[dest] = RawSetting(dest, value, _flag_tokens(dest, value)[0])
+        out[dest] = RawSetting(dest, value, _flag_tokens(dest, value, release)[0])
     return RawArgs(out, raw.source)
 
 
@@ -146,7 +148,7 @@ def candidate(search: "_Search", fit: "_Fit", verify: Verifier | None = None) ->
     settings = candidate_settings(search, fit)
     proxy = fit.cost.proxy(fit.micro_batch_size, fit.num_microbatches, fit.recompute, fit.sequence_parallel,
                            fit.distributed_optimizer)
-    flags, remove = candidate_flags(search.inp.raw, settings)
+    flags, remove = candidate_flags(search.inp.raw, settings, search.megatron.version)
     found = Candidate(
         parallel=fit.memory.dims, pipeline=layout.pipeline, micro_batch_size=fit.micro_batch_size,
         num_microbatches=fit.num_microbatches, sequence_parallel=fit.sequence_parallel, recompute=fit.recompute,
@@ -156,7 +158,7 @@ def candidate(search: "_Search", fit: "_Fit", verify: Verifier | None = None) ->
         remove_flags=remove)
     if verify is None:
         return found
-    verdict = verify(candidate_raw(search.inp.raw, found))
+    verdict = verify(candidate_raw(search.inp.raw, found, search.megatron.version))
     if verdict.estimate is None:
         raise RuntimeError(f"planner: layout {' '.join(flags)} passed the rules but the estimator rejects it: "
                            + "; ".join(f"{p.location}: {p.message}" for p in verdict.problems))

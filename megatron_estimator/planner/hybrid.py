@@ -42,7 +42,7 @@ def pattern_segments(namespace: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(len(segment) for segment in parsed.segments)
 
 
-def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
+def hybrid_pipeline_choices(namespace: Mapping[str, Any], release: str) -> SplitChoices:
     """(pp, max virtual stages) -> the splits the planner tries for this hybrid pattern (none
     without a pattern: ``missing-hybrid-pattern`` is the model's problem then)."""
     if not namespace.get("hybrid_pattern_unified"):
@@ -72,11 +72,11 @@ def hybrid_pipeline_choices(namespace: Mapping[str, Any]) -> SplitChoices:
                 found.append(resplit(pp, v))
         return found
 
-    resplit = _resplitter(namespace)
+    resplit = _resplitter(namespace, release)
     return choices
 
 
-def _resplitter(namespace: Mapping[str, Any]) -> Callable[[int, int], PipelineChoice] | None:
+def _resplitter(namespace: Mapping[str, Any], release: str) -> Callable[[int, int], PipelineChoice] | None:
     """(pp, v) -> the pattern re-split into pp x v balanced '|' segments: how Megatron interleaves
     a hybrid (v virtual stages), or splits one unevenly.  None where the pattern cannot be
     rewritten as one --hybrid-layer-pattern: the legacy --mtp-hybrid-override-pattern, or a
@@ -84,7 +84,7 @@ def _resplitter(namespace: Mapping[str, Any]) -> Callable[[int, int], PipelineCh
     only, without '|' segments)."""
     from megatron_estimator.megatron.flags import flag_table
 
-    if namespace.get("mtp_hybrid_override_pattern") is not None or flag_table().by_dest("hybrid_layer_pattern") is None:
+    if namespace.get("mtp_hybrid_override_pattern") is not None or flag_table(release).by_dest("hybrid_layer_pattern") is None:
         return None
     parsed, _ = parse_pattern(namespace["hybrid_pattern_unified"])
     layers = parsed.layers

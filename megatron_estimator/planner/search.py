@@ -12,7 +12,6 @@ The result is a ``results.plan.Plan``.
 
 from __future__ import annotations
 
-import gc
 import math
 import operator
 import time
@@ -101,7 +100,9 @@ class _Search:
     def __init__(self, inp, world: int, gbs: int, budget: int, budget_source: str, overheads,
                  environ, space: SearchSpace, proxy: ProxyAssumptions):
         from megatron_estimator.megatron.flags import flag_table
-
+        # The release the input was read against (TrainingInput.release, a ChosenRelease): its
+        # flags and rules.
+        self.megatron = inp.release
         self.inp, self.world, self.gbs, self.budget, self.budget_source = inp, world, gbs, budget, budget_source
         # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
         # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
@@ -112,7 +113,8 @@ class _Search:
         self.compute_capability = overheads.compute_capability if getattr(overheads, "gpu_known", False) else None
         # What the rules and the kernel choice know of the run (resolve.resolve_config's ``run``).
         self.run_context = RunContext(gpu_compute_capability=self.compute_capability, flash_attn=overheads.flash_attn,
-                                      resume=Resume("no"), job_environment=job_environment)
+                                      resume=Resume("no"), job_environment=job_environment,
+                                      release=self.megatron)
 
         # The model without a layout: the user's settings minus what the planner chooses (the
         # recompute modules stay: selective layouts set their own, the others do not read them).
@@ -120,7 +122,7 @@ class _Search:
         settings["global_batch_size"] = RawSetting("global_batch_size", gbs, "--global-batch-size")
         settings["micro_batch_size"] = RawSetting("micro_batch_size", min(space.micro_batch_sizes), "--micro-batch-size")
         self.raw = RawArgs(settings, inp.raw.source)
-        self.namespace = dict(flag_table().defaults())
+        self.namespace = dict(flag_table(self.megatron.version).defaults())
         self.namespace.update({d: s.value for d, s in self.raw.settings.items()})
         # The model family (a hybrid Mamba model is laid out by its pattern: planner/hybrid.py)
         # and what validate_args derives from a hybrid layer pattern, as resolve_config does.
@@ -133,7 +135,7 @@ class _Search:
         self.moe = bool(self.namespace.get("num_experts"))
         self.reference, self.base_problems = validate_model(
             inp.raw, self.raw, self.namespace, environ, compute_capability=self.compute_capability,
-            flash_attn=overheads.flash_attn, job_environment=job_environment, family=model)
+            flash_attn=overheads.flash_attn, job_environment=job_environment, family=model, release=self.megatron)
         self.user_pipeline = user_pipeline_choice(inp.raw)
         self._proxy_model: ProxyModel | None = None
         # Per decoder layer its kind (layer_kinds), and the distinct kinds in order.
@@ -175,8 +177,7 @@ class _Search:
     def release(self) -> None:
         """Drop every cache and fit of the run.  The caches hold reference cycles (a layout's
         memory and its family's stage parts, the activations and the search): emptied here,
-        reference counting frees them at once, and the cyclic collector, off for the search,
-        has no hundreds of thousands of young objects to walk when it comes back on."""
+        reference counting frees them at once, without the cyclic collector."""
         for family in self._families.values():
             family.__dict__.clear()
         self.__dict__.clear()
@@ -189,7 +190,7 @@ class _Search:
             from megatron_estimator.planner.hybrid import hybrid_pipeline_choices
 
             return layout_families(self.namespace, self.world, self.space, self.user_pipeline,
-                                   hybrid_pipeline_choices(self.namespace))
+                                   hybrid_pipeline_choices(self.namespace, self.megatron.version))
         return layout_families(self.namespace, self.world, self.space, self.user_pipeline)
 
     def expert_choices(self, tp: int) -> list[tuple[int, int]]:
@@ -221,7 +222,8 @@ class _Search:
                 progress(self.searched, len(self.found), index + 1, total)
             ns = dict(self.namespace)
             ns.update(family_settings(tp, cp, pp, pipeline))
-            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"})
+            chosen_batches, namespaces = derive_batches(ns, all_batches, self.world, {"world_size_source": "plan"},
+                                                        self.megatron)
             # (the optimizer chosen, micro batch size, the optimizer derived, microbatches)
             batches = [(chosen, mbs, shards_optimizer_states(derived), derived["num_microbatches"])
                        for (chosen, mbs), derived in zip(chosen_batches, namespaces)]
@@ -437,7 +439,7 @@ class _Search:
         vocab = self._vocab.get(tp)
         if vocab is None:
             # The call resolve.resolve_config makes; the input's vocabulary was checked there.
-            vocab = vocabulary_of(self.namespace, tp)
+            vocab = vocabulary_of(self.namespace, tp, self.megatron)
             if vocab is None:
                 raise InvalidInput([Problem("unknown-vocab-size", self.raw.location("vocab_size"),
                                             "cannot tell the vocabulary size; pass --vocab-size")])
@@ -600,12 +602,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
     run = _Search(inp, world_size, global_batch_size, budget, budget_source, overheads, environ, space, proxy)
     if progress is not None:
         run.progress = _Progress(progress, clock, started)
-    # The search keeps hundreds of thousands of cache entries and fits alive until the plan is
-    # built: the cyclic collector would only walk them again and again (a sixth of the run).
-    # It stays off until the run has released them (their reference cycles broken, reference
-    # counting frees them), so it does not walk them even once when it comes back on.
-    collecting = gc.isenabled()
-    gc.disable()
+    # The host's garbage collector is never switched off here: the run's caches hold reference
+    # cycles, which ``_Search.release`` breaks once the plan is built, so reference counting
+    # frees them at once.
     try:
         run.run()
         if run.valid == 0:
@@ -615,13 +614,9 @@ def search(inp, *, world_size: int, global_batch_size: int, budget: int, budget_
 
         candidates = tuple(candidate(run, fit, verify) for fit in chosen)
         plan = _plan(run, chosen, candidates, space, proxy)
-        # Emptied while the collector is still off: reference counting frees the caches
-        # (``_Search.release``), so it finds no young objects to walk when it comes back.
         del chosen
-        run.release()
     finally:
-        if collecting:
-            gc.enable()
+        run.release()
     return replace(plan, seconds=clock() - started)
 
 
@@ -710,7 +705,7 @@ def layouts(inp, *, world_size: int, global_batch_size: int, environ: Mapping[st
     for tp, cp, pp, pipeline in run.families():
         ns = dict(run.namespace)
         ns.update(family_settings(tp, cp, pp, pipeline))
-        batches, namespaces = derive_batches(ns, batch_choices(space), world_size, {})
+        batches, namespaces = derive_batches(ns, batch_choices(space), world_size, {}, run.megatron)
         family = run.family(pp, pipeline, tp, namespaces[0])
         for ep, etp in run.expert_choices(tp):
             for do, mbs in batches:

@@ -27,7 +27,6 @@ changed settings) and shown only when every stage fits there, with the normal pa
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -67,10 +66,10 @@ class _Current:
     recompute: Recompute
 
 
-def _current(raw: RawArgs, estimate: Estimate) -> _Current:
+def _current(raw: RawArgs, estimate: Estimate, release: str) -> _Current:
     from megatron_estimator.megatron.flags import flag_table
 
-    defaults = flag_table().defaults()
+    defaults = flag_table(release).defaults()
 
     def value(dest: str) -> Any:
         return raw.value(dest) if raw.given(dest) else defaults.get(dest)
@@ -181,7 +180,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     from dataclasses import replace
 
     space, proxy = space or SearchSpace(), proxy or ProxyAssumptions()
-    current = _current(inp.raw, estimate)
+    current = _current(inp.raw, estimate, inp.release.version)
     # (the search, the flags it adds to every layout, the group those flags change)
     searches: list[tuple[SuggestionSearch, tuple[str, ...], tuple[str, ...]]] = []
     offload = _offloading(inp.raw)
@@ -212,7 +211,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
     if best:           # planner.candidates writes the flags of a fitting layout: none, no import
         from megatron_estimator.planner.candidates import candidate, candidate_flags, candidate_raw, candidate_settings
     for kind, (run, fit, extra_flags) in best.items():
-        flags, remove = candidate_flags(run.inp.raw, candidate_settings(run, fit))
+        flags, remove = candidate_flags(run.inp.raw, candidate_settings(run, fit), run.megatron.version)
         count = len(_changed_flags(flags)) + len(remove) + len(_changed_flags(extra_flags))
         ranked.append((len(kind), count, fit.step, fit.device, kind, run, fit, extra_flags))
     ranked.sort(key=lambda r: r[:5])
@@ -224,7 +223,7 @@ def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], v
         if any(set(s.changes) < set(kind) for s in shown):
             continue
         found = candidate(run, fit)
-        verdict = verify(candidate_raw(run.inp.raw, found))
+        verdict = verify(candidate_raw(run.inp.raw, found, run.megatron.version))
         if verdict.estimate is None or verdict.estimate.fits is not True:
             continue
         peak = verdict.estimate.peak_stage
@@ -247,13 +246,7 @@ def _run(inp, current: _Current, estimate: Estimate, overheads, environ, space, 
          max_parallel_changes: int) -> SuggestionSearch:
     run = SuggestionSearch(inp, current, estimate.world_size, estimate.budget_bytes, estimate.budget_source or "",
                            overheads, environ, space, proxy, max_parallel_changes)
-    collecting = gc.isenabled()
-    gc.disable()          # as planner.search.search (the caller reads the run afterwards)
-    try:
-        run.run()
-    finally:
-        if collecting:
-            gc.enable()
+    run.run()
     return run
 
 

@@ -54,11 +54,11 @@ def layout_rules(job_environment: bool) -> tuple[tuple, frozenset]:
 
 def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], environ: Mapping[str, str], *,
                    compute_capability: float | None, flash_attn: str | None, job_environment: bool,
-                   family=None):
+                   family=None, release):
     """Validate the input once, as ``estimate`` does: the types and ranges of everything the
     user gave (``given``), then the model alone (``raw``: the input without its layout, on one
     GPU with Megatron's default layout) through ``config.resolve.resolve_config`` (``family``: the
-    ``ModelFamily`` it is of, as ``estimate`` tells it).  Returns (its
+    ``ModelFamily`` it is of, as ``estimate`` tells it; ``release``: the ``ChosenRelease``).  Returns (its
     EstimatorConfig or None, the problems of the default layout); raises InvalidInput for
     problems of the model, which no layout removes."""
     from megatron_estimator.config.resolve import resolve_config
@@ -72,7 +72,7 @@ def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], e
     try:
         return resolve_config(raw, world_size=1, world_size_source="plan", environ=environ,
                               compute_capability=compute_capability, flash_attn=flash_attn, resume="no",
-                              job_environment=job_environment, family=family), ()
+                              job_environment=job_environment, family=family, release=release), ()
     except InvalidInput as err:
         # Problems of the default layout may vanish with another one; those of the model do not.
         if any(p.code in ("unknown-vocab-size", "missing-required") for p in err.problems):
@@ -83,7 +83,7 @@ def validate_model(given: RawArgs, raw: RawArgs, namespace: Mapping[str, Any], e
 BATCH_KEYS = tuple(key for key, dim in _KEY_DIM.items() if dim == BATCH)   # what derivation sets per batch choice
 
 
-def derive_batches(ns: dict, batches: list[tuple[bool, int]], world: int, extra: Mapping[str, Any]
+def derive_batches(ns: dict, batches: list[tuple[bool, int]], world: int, extra: Mapping[str, Any], release
                     ) -> tuple[list[tuple[bool, int]], list[dict]]:
     """The batch choices and their derived namespaces, without the choices that derive to the
     same namespace as an earlier one (Megatron-FSDP turns the distributed optimizer on anyway)."""
@@ -93,7 +93,7 @@ def derive_batches(ns: dict, batches: list[tuple[bool, int]], world: int, extra:
     for do, mbs in batches:
         ns["use_distributed_optimizer"] = do
         ns["micro_batch_size"] = mbs
-        derived, _ = derive_namespace(ns, world)
+        derived, _ = derive_namespace(ns, world, release)
         derived.update(extra)
         key = tuple(repr(derived.get(k)) for k in BATCH_KEYS)
         if key in seen:

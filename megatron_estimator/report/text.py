@@ -140,14 +140,14 @@ def _family_line(family) -> str:
 
 def _megatron_line(verdict: Verdict) -> str:
     """``  megatron: 0.16.1 (--megatron-version)``: the release the input was checked against."""
-    from megatron_estimator.megatron.releases import chosen_release
-    chosen = verdict.megatron or chosen_release()
+    from megatron_estimator.megatron.releases import default_release
+    chosen = verdict.megatron or default_release()
     return f"  megatron: {chosen.version} ({chosen.source})"
 
 
 def _megatron_json(verdict: Verdict) -> dict:
-    from megatron_estimator.megatron.releases import chosen_release
-    return (verdict.megatron or chosen_release()).as_json()
+    from megatron_estimator.megatron.releases import default_release
+    return (verdict.megatron or default_release()).as_json()
 
 
 def _text_block(verdict: Verdict, verbose: bool = False) -> str:

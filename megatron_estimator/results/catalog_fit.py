@@ -61,20 +61,16 @@ def catalog_fit(result: Estimate, resolve, overheads, env):
     from dataclasses import replace
 
     from megatron_estimator.core.problems import InvalidInput
-    from megatron_estimator.megatron.releases import chosen_release, using_release
     from megatron_estimator.results.estimate import build_estimate
-
-    release = chosen_release()      # the release checked against now, when it is worked out later
 
     def on(capability: float):
         if overheads.gpu_known and capability == overheads.compute_capability:
             return result
-        with using_release(release):
-            try:
-                config = resolve(capability)
-            except InvalidInput:
-                return None
-            return build_estimate(config, environ=env,
-                                  overheads=replace(overheads, compute_capability=capability, gpu_known=True))
+        try:
+            config = resolve(capability)        # the run's release travels in its run context
+        except InvalidInput:
+            return None
+        return build_estimate(config, environ=env,
+                              overheads=replace(overheads, compute_capability=capability, gpu_known=True))
 
     return lazy_fits_on(on)

@@ -83,8 +83,8 @@ class Verdict:
     family: Any = None
     # inputs.job_stack.StackPackage records: the job's packages as ``run`` found them (empty: not looked at)
     stack: tuple = ()
-    # megatron.releases.ChosenRelease this input was checked against when it is not the command's
-    # (check: the Megatron-LM tree its launch script runs); None: the chosen release
+    # megatron.releases.ChosenRelease this input was checked against (api.evaluate sets it from
+    # TrainingInput.release); None: a verdict made without evaluating (the default release)
     megatron: Any = None
 
     @property

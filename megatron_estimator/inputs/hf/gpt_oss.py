@@ -109,7 +109,6 @@ def _yarn(r: ConfigReader) -> None:
     --rotary-scaling-factor read as yarn_rotary_scaling_factor in megatron/training/argument_utils.py,
     --yarn-*); positions only, so an older release gets plain RoPE and a note."""
     from megatron_estimator.megatron.flags import flag_table
-    from megatron_estimator.megatron.releases import chosen_release
 
     rope = rope_keys(r)
     supply_rotary_base(r, rope, 150000.0)
@@ -122,11 +121,11 @@ def _yarn(r: ConfigReader) -> None:
         r.note("hf-not-mapped", rope.scaling_key,
                f"{rope.scaling_key} type {rope.kind!r} is not mapped; RoPE scaling changes positions only")
         return
-    if "--yarn-beta-fast" not in flag_table():
+    if "--yarn-beta-fast" not in flag_table(r.release):
         r.supply("--position-embedding-type", "rope", "model_type")
         r.note("hf-approximated", rope.scaling_key,
                f"YaRN RoPE for GPT models needs Megatron 0.19.0 or later (--position-embedding-type yarn); "
-               f"the chosen release {chosen_release().version} is given plain RoPE: positions only, same memory")
+               f"the chosen release {r.release} is given plain RoPE: positions only, same memory")
         return
     r.supply("--position-embedding-type", "yarn", rope.kind_key)
     prefix = rope.scaling_key

@@ -13,6 +13,7 @@ import os
 from typing import Callable
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.megatron.releases import NEWEST
 from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
 from megatron_estimator.inputs.hf.glm import map_glm4_moe
@@ -61,17 +62,17 @@ MAPPERS: dict[str, Callable[[ConfigReader], None]] = {
 }
 
 
-def load_hf_config(source: str | os.PathLike) -> HfImport:
+def load_hf_config(source: str | os.PathLike, release: str = NEWEST) -> HfImport:
     """Read a config.json into Megatron settings: a local file (or the one inside a directory),
     an inline JSON object, or a hub model id ``OWNER/NAME[@REVISION]`` (``source.py`` says how
-    the form is decided)."""
+    the form is decided).  ``release``: the label of the release whose flags it is written in."""
     text, where, problem = read_hf_source(source)
     if problem is not None:
         return failed_import(where, problem)
-    return parse_hf_config(text, where)
+    return parse_hf_config(text, where, release)
 
 
-def parse_hf_config(text: str, source: str) -> HfImport:
+def parse_hf_config(text: str, source: str, release: str = NEWEST) -> HfImport:
     """Map config.json text to Megatron settings; ``source`` names the file in locations."""
     duplicates: list[str] = []
     try:
@@ -90,7 +91,7 @@ def parse_hf_config(text: str, source: str) -> HfImport:
             source,
             Problem("hf-malformed-json", f"{source}:1", "a config.json holds one JSON object {...}"),
         )
-    reader = ConfigReader(config, key_lines(text), source)
+    reader = ConfigReader(config, key_lines(text), source, release)
     for key in duplicates:
         reader.note(
             "hf-duplicate-key", key,

@@ -39,19 +39,18 @@ IGNORED_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers", "la
 def map_qwen3_next(r: ConfigReader) -> None:
     """Qwen3-Next-80B-A3B (Instruct, Thinking, Base)."""
     from megatron_estimator.megatron.flags import flag_table
-    from megatron_estimator.megatron.releases import chosen_release
 
-    if "--attention-output-gate" not in flag_table():
+    if "--attention-output-gate" not in flag_table(r.release):
         r.problem("hf-unsupported-feature", "model_type",
                   f"Qwen3-Next needs Megatron 0.16.1 or later (--attention-output-gate, the gated delta net's "
-                  f"--linear-* flags); the chosen release is {chosen_release().version}")
+                  f"--linear-* flags); the chosen release is {r.release}")
     layers, hidden, ffn, heads = core_shape(r)
     kv_heads = r.positive_int("num_key_value_heads")
     experts = r.count("num_experts")
     mixers = _mixers(r, layers)
     mlps = _mlps(r, layers, experts)
     if mixers is not None and mlps is not None:
-        flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in flag_table() else "--hybrid-override-pattern"
+        flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in flag_table(r.release) else "--hybrid-override-pattern"
         key = "layer_types" if r.has("layer_types") else "full_attention_interval"
         r.supply(flag, "".join(m + e for m, e in zip(mixers, mlps)), key)
     supply_core_shape(r, None, hidden, ffn, heads)      # Megatron derives the layer count from the pattern

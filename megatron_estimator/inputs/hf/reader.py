@@ -11,6 +11,7 @@ import json
 from bisect import bisect_right
 from typing import Any, Callable
 
+from megatron_estimator.megatron.releases import NEWEST
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.hf.result import SUPPLIED_FLAGS, HfImport, MappedFlag, flag_tokens
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
@@ -66,8 +67,9 @@ REQUIRED = object()
 class ConfigReader:
     """Reads keys of one config, checks their values and records flags, problems and notes."""
 
-    def __init__(self, config: dict, lines: dict[str, list[int]], source: str) -> None:
+    def __init__(self, config: dict, lines: dict[str, list[int]], source: str, release: str = NEWEST) -> None:
         self.config = config
+        self.release = release      # the label of the release whose flags the mapping writes
         self.lines = lines
         self.source = source
         model_type = config.get("model_type")

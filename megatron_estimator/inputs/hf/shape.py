@@ -96,18 +96,17 @@ def supply_hybrid_pattern(r: ConfigReader, pattern: str, mtp: tuple[str, int] | 
     with --mtp-num-layers.  Megatron derives --num-layers (and the MTP depth) from the pattern.
     ``key`` / ``mtp_key`` locate the pattern and the MTP layers in the file."""
     from megatron_estimator.megatron.flags import flag_table
-    from megatron_estimator.megatron.releases import chosen_release
 
-    table = flag_table()
+    table = flag_table(r.release)
     flag = "--hybrid-layer-pattern" if "--hybrid-layer-pattern" in table else "--hybrid-override-pattern"
-    if mtp is None or chosen_release().version == "main":
+    if mtp is None or r.release == "main":
         r.supply(flag, pattern if mtp is None else "/".join([pattern] + [mtp[0]] * mtp[1]), key)
         return
     r.supply(flag, pattern, key)
     if "--mtp-hybrid-override-pattern" not in table:
         r.problem("hf-unsupported-feature", mtp_key,
                   f"MTP layers in a hybrid model need Megatron 0.17.0 or later (--mtp-hybrid-override-pattern); "
-                  f"the chosen release is {chosen_release().version}")
+                  f"the chosen release is {r.release}")
         return
     r.supply("--mtp-hybrid-override-pattern", mtp[0], mtp_key)
     r.supply("--mtp-num-layers", mtp[1], "num_nextn_predict_layers")

@@ -188,6 +188,7 @@ class _Loader(CommandVisitor):
         self.env_phrases: dict[str, str] = {}
         self.token_causes: dict[int, list[Cause]] = {}
         self.world_size_given = False      # the caller gives the world size: the launcher's need not resolve
+        self.release = "main"              # the label of the release whose flags the launch passes
         self.notices: list[str] = []       # what could not be known and did not matter, file:line first
         self.reader = ShellReader(display, cwd, self, self.problems)
 
@@ -391,7 +392,7 @@ class _Loader(CommandVisitor):
         from megatron_estimator.inputs.launch.unknowns import token_roles, why_irrelevant
 
         kept: list[ScriptToken] = []
-        for token, role in zip(megatron, token_roles([t.text for t in megatron])):
+        for token, role in zip(megatron, token_roles([t.text for t in megatron], self.release)):
             causes = self.token_causes.get(id(token), ())
             if not causes:
                 kept.append(token)
@@ -490,6 +491,7 @@ def load_launch_script(
     script_args: Sequence[str] | None = None,
     line: int | None = None,
     world_size_given: bool = False,
+    release: str = "main",
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
@@ -500,6 +502,7 @@ def load_launch_script(
     ``world_size_given``: the caller gives the world size, so the launcher's own process
     counts need not resolve.
     ``line``: the line of the launch command, when the script runs more than one.
+    ``release``: the label of the Megatron release whose flags the launch passes.
     The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
     only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
@@ -515,6 +518,7 @@ def load_launch_script(
     environ["PWD"] = cwd
     loader = _Loader(display, environ, cwd)
     loader.world_size_given = world_size_given
+    loader.release = release
     sbatch, sbatch_problems = read_sbatch(text, display)
     loader.problems.extend(sbatch_problems)
     inherited = dict(environ)

@@ -42,10 +42,11 @@ class TokenRole:
     option: str | None = None      # the flag as spelled
 
 
-def token_roles(texts: Sequence[str]) -> list[TokenRole]:
-    """The flag each token is a value of, read as Megatron's argparse takes values: a known
-    option takes its nargs of the tokens after it that do not start with '-'."""
-    table = flag_table()
+def token_roles(texts: Sequence[str], release: str = "main") -> list[TokenRole]:
+    """The flag each token is a value of, read as Megatron's argparse takes values (with the
+    flags of release ``release``): a known option takes its nargs of the tokens after it that
+    do not start with '-'."""
+    table = flag_table(release)
     roles: list[TokenRole] = []
     current: FlagSpec | None = None
     spelled: str | None = None
