@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import csv
 import dataclasses
 import functools
 import io
@@ -349,14 +348,12 @@ def test_moe_offloading_command_line():
     assert got["tensor_model_parallel_size"] == 2 and got["expert_model_parallel_size"] == 4
 
 
-def _calibration_argvs(calibration: Path):
-    with calibration.open(encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+def _calibration_argvs(rows: list[dict]):
     return [(row["test_case"], json.loads(row["argv_json"])) for row in rows]
 
 
-def test_every_calibration_command_line_parses_cleanly_and_agrees_with_argparse(shared_calibration):
-    argvs = _calibration_argvs(shared_calibration)
+def test_every_calibration_command_line_parses_cleanly_and_agrees_with_argparse(calibration_rows):
+    argvs = _calibration_argvs(calibration_rows)
     assert len(argvs) == 337
     for name, argv in argvs:
         raw, problems = parse_megatron_argv(argv)
