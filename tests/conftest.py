@@ -35,6 +35,15 @@ def megatron_tree(marker: str) -> Path | None:
     return Path(tree) if tree and (Path(tree) / marker).exists() else None
 
 
+def shared_records() -> dict:
+    """tests/data/shared_records.json: facts of the shared folder that
+    ``scripts/record_megatron_checks --shared ../shared`` recorded (empty before the first record)."""
+    import json
+
+    path = DATA / "shared_records.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def read_tsv_rows(path: Path) -> list[dict]:
     """The rows of a tab-separated file with a header (gzip-compressed when it ends in .gz)."""
     import csv
