@@ -10,7 +10,6 @@ scripts/record_megatron_checks recorded them (tests/data/megatron_answers.json).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

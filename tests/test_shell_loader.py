@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from conftest import TREE_ENV, megatron_tree
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.launch.sbatch import SbatchHeaders
 from megatron_estimator.inputs.launch.script import ScriptEnvVar, load_launch_script
@@ -795,9 +796,10 @@ def test_a_here_document_that_is_not_the_script_is_not_read_as_one(tmp_path, lin
 
 
 def test_megatron_fsdp_example_submits_its_launch_in_a_here_document():
-    example = "/work/tools/mlm_examples/examples_megatron_fsdp_sbatch_mfsdp_deepseek_v3.sh"
-    if not os.path.isfile(example):
-        pytest.skip("the Megatron-LM examples are not on this machine (/work/tools)")
+    tree = megatron_tree("examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh")
+    if tree is None:
+        pytest.skip(f"set {TREE_ENV} to a Megatron-LM checkout (its examples/ are not ours to commit)")
+    example = str(tree / "examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh")
     launch, problems = load_launch_script(example, {"PWD": "/tmp"})
     # its #SBATCH lines are placeholders: each is a located problem, and the launch is still found
     with open(example) as handle:
