@@ -9,12 +9,13 @@ and the achieved figures (as regression guards) where it does not; each exceptio
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 
 import pytest
 
-from conftest import load_script
+from conftest import CALIBRATION_TSV, load_script, shared_file
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,9 @@ def test_each_row_is_checked_against_main_as_of_its_golden_date():
     assert (chosen.version, chosen.as_of) == ("main", "2026-07-02")
     unlisted = calibrate.release_for({"test_case": "x", "golden_file": "y"})
     assert (unlisted.version, unlisted.as_of) == ("main", "")
+
+
+def test_the_record_is_the_shared_measurements():
+    # tests/data/megatron-ci-dev.tsv.gz is ../shared/calibration/megatron-ci-dev.tsv byte for byte
+    shared = shared_file("calibration", "megatron-ci-dev.tsv")
+    assert gzip.decompress(CALIBRATION_TSV.read_bytes()) == shared.read_bytes()
