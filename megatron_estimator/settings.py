@@ -330,8 +330,8 @@ def settings_help() -> tuple[tuple[str, str, str, str], ...]:
 class SettingEntry:
     key: str
     value: Any
-    # "command line --budget", "MEGATRON_ESTIMATOR_BUDGET", "/repo/megatron-estimator.toml:3 budget",
-    # "/repo/pyproject.toml:7 [tool.megatron-estimator] budget", "default"
+    # "command line --budget", "MEGATRON_ESTIMATOR_BUDGET", "repo/megatron-estimator.toml:3 budget",
+    # "repo/pyproject.toml:7 [tool.megatron-estimator] budget", "default"
     source: str
     origin: str                  # COMMAND_LINE | ENVIRONMENT | CONFIG_FILE | DEFAULT | GPU_CAPACITY
 

@@ -2,16 +2,71 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# The workplace's shared data: beside the checkout, or (for a fresh clone elsewhere, as CI
-# makes) at the workplace's own location.  Tests that need it skip, naming it, when neither is.
-SHARED = next((p for p in (REPO.parent / "shared", Path("/work/shared")) if p.is_dir()), REPO.parent / "shared")
-CALIBRATION_TSV = SHARED / "calibration" / "megatron-ci-dev.tsv"
+DATA = REPO / "tests" / "data"
+# The workplace's shared folder (reference data too large or not ours to commit): beside the
+# checkout, or where ESTIMATOR_SHARED_DIR names.  Tests that need it skip, naming both.
+SHARED_ENV = "ESTIMATOR_SHARED_DIR"
+SHARED = Path(os.environ.get(SHARED_ENV) or REPO.parent / "shared")
+# A Megatron-LM checkout for the live cross-checks (scripts/record_megatron_checks records
+# their outcomes in tests/data, which the tests read when no tree is given).
+TREE_ENV = "MEGATRON_LM_TREE"
+# Megatron-LM CI's measured peaks (tests/data/megatron-ci-dev.tsv.md says where from).
+CALIBRATION_TSV = DATA / "megatron-ci-dev.tsv.gz"
+
+
+def shared_file(*parts: str) -> Path:
+    """A file of the shared folder, or a skip naming where it was looked for and how to give it."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent: set {SHARED_ENV} to the shared folder (default ../shared beside the checkout)")
+    return path
+
+
+def megatron_tree(marker: str) -> Path | None:
+    """The Megatron-LM checkout named by MEGATRON_LM_TREE, when it holds ``marker``."""
+    tree = os.environ.get(TREE_ENV)
+    return Path(tree) if tree and (Path(tree) / marker).exists() else None
+
+
+def shared_records() -> dict:
+    """tests/data/shared_records.json: facts of the shared folder that
+    ``scripts/record_megatron_checks --shared ../shared`` recorded (empty before the first record)."""
+    import json
+
+    path = DATA / "shared_records.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def read_tsv_rows(path: Path) -> list[dict]:
+    """The rows of a tab-separated file with a header (gzip-compressed when it ends in .gz)."""
+    import csv
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def recorded_answers(name: str, requests: list[dict]) -> list[dict]:
+    """Megatron-LM's answers to a harness's requests, as ``scripts/record_megatron_checks``
+    recorded them in tests/data/megatron_answers.json; fails when the test's requests changed
+    since (the record is stale: rerun the script)."""
+    import json
+
+    record = json.loads((DATA / "megatron_answers.json").read_text(encoding="utf-8"))[name]
+    recorded = [case["request"] for case in record["cases"]]
+    assert recorded == json.loads(json.dumps(requests)), (
+        f"tests/data/megatron_answers.json [{name}] was recorded for other requests: "
+        "rerun scripts/record_megatron_checks with a Megatron-LM tree")
+    return [case["answer"] for case in record["cases"]]
+
 
 # LLaMA-3-8B as Megatron flags (published size 8,030,261,248).
 LLAMA3_8B = (
@@ -98,8 +153,6 @@ def problems_of(text: str, world_size: int | None = 1, environ: dict | None = No
 
 
 @pytest.fixture(scope="session")
-def shared_calibration():
-    if not CALIBRATION_TSV.is_file():
-        pytest.skip(f"{CALIBRATION_TSV} is not on this machine (the calibration data lives in ../shared)")
-    return CALIBRATION_TSV
+def calibration_rows() -> list[dict]:
+    return read_tsv_rows(CALIBRATION_TSV)
 

@@ -1,4 +1,5 @@
-"""Accuracy against the GPU memory Megatron-LM's own CI measured (../shared/calibration).
+"""Accuracy against the GPU memory Megatron-LM's own CI measured (tests/data/megatron-ci-dev.tsv.gz,
+recorded from ../shared/calibration: tests/data/megatron-ci-dev.tsv.md).
 
 Runs scripts/calibrate's logic over every row: the estimate of the LAST pipeline stage's
 ``allocated_peak_bytes`` against the measured ``torch.cuda.max_memory_allocated`` of global
@@ -8,29 +9,28 @@ and the achieved figures (as regression guards) where it does not; each exceptio
 
 from __future__ import annotations
 
-import csv
+import gzip
 import json
 import statistics
 
 import pytest
 
-from conftest import load_script
+from conftest import CALIBRATION_TSV, load_script, shared_file
 
 
 @pytest.fixture(scope="module")
-def results(shared_calibration):
+def results(calibration_rows):
     calibrate = load_script("calibrate")
     out = []
-    with open(shared_calibration, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            verdict, measured = calibrate.estimate_row(row)
-            error = None
-            if verdict.estimate is not None:
-                error = (verdict.estimate.stages[-1].allocated_peak_bytes - measured) / measured
-            argv = json.loads(row["argv_json"])
-            out.append({"name": row["test_case"], "features": calibrate.features_of(argv, row["test_case"]),
-                        "stack": calibrate.stack_of(row), "golden_file": row["golden_file"],
-                        "error": error})
+    for row in calibration_rows:
+        verdict, measured = calibrate.estimate_row(row)
+        error = None
+        if verdict.estimate is not None:
+            error = (verdict.estimate.stages[-1].allocated_peak_bytes - measured) / measured
+        argv = json.loads(row["argv_json"])
+        out.append({"name": row["test_case"], "features": calibrate.features_of(argv, row["test_case"]),
+                    "stack": calibrate.stack_of(row), "golden_file": row["golden_file"],
+                    "error": error})
     return out
 
 
@@ -128,3 +128,9 @@ def test_each_row_is_checked_against_main_as_of_its_golden_date():
     assert (chosen.version, chosen.as_of) == ("main", "2026-07-02")
     unlisted = calibrate.release_for({"test_case": "x", "golden_file": "y"})
     assert (unlisted.version, unlisted.as_of) == ("main", "")
+
+
+def test_the_record_is_the_shared_measurements():
+    # tests/data/megatron-ci-dev.tsv.gz is ../shared/calibration/megatron-ci-dev.tsv byte for byte
+    shared = shared_file("calibration", "megatron-ci-dev.tsv")
+    assert gzip.decompress(CALIBRATION_TSV.read_bytes()) == shared.read_bytes()

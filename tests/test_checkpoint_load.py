@@ -23,7 +23,7 @@ from test_cli import run
 # whose ep coordinates are 0, 1, 0, 1 and edp coordinates 0, 0, 1, 1.
 MOE = (TINY_GPT + " --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax --disable-bias-linear --sequence-parallel "
        "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer "
-       "--load /nonexistent/ckpt --ckpt-fully-parallel-load")
+       "--load /nowhere/ckpt --ckpt-fully-parallel-load")
 
 
 def config_of(extra: str = "", resume: str = "yes", text: str = MOE, world: int = 8):
@@ -122,7 +122,7 @@ def test_the_buffers_are_in_the_peak_and_the_report_says_why():
     [text] = [a.text for a in state_all(resumed_estimate.assumed) if a.key == "resume"]
     # The facts the report gives: where it resumes from and why (the flags), what is counted,
     # its size on the stage in MiB (rendered to one decimal), and the other group's figure.
-    assert text.startswith("resume: from the checkpoint in --load /nonexistent/ckpt (--resume yes)")
+    assert text.startswith("resume: from the checkpoint in --load /nowhere/ckpt (--resume yes)")
     assert "--ckpt-fully-parallel-load: the broadcast buffers" in text and "(counted, an upper bound)" in text
     assert f"{buffers / (1 << 20):.1f} MiB on stage 0" in text
     # ep_dp: rank 7's expert data-parallel group is {3, 7} (same etp and ep); both hold the same
@@ -174,7 +174,7 @@ def test_without_load_nothing_resumes():
 def test_the_run_context_carries_the_resume_and_the_gpu():
     # resolve_config's facts beyond the flags travel as the configuration's ``run``.
     config = config_of(resume="yes")
-    assert config.run.resume == Resume("yes", "/nonexistent/ckpt", None) and config.run.resume.resumes
+    assert config.run.resume == Resume("yes", "/nowhere/ckpt", None) and config.run.resume.resumes
     assert config.run.gpu_compute_capability is None and config.run.launch_location is None
     assert not config_of(resume="no").run.resume.resumes
     raw, _ = parse_megatron_argv(flags(TINY_GPT))
@@ -186,7 +186,7 @@ def test_the_run_context_carries_the_resume_and_the_gpu():
 
 
 def test_the_cli_reads_the_checkpoint_directory(tmp_path):
-    argv = flags(MOE.replace("/nonexistent/ckpt", str(tmp_path)), "--num-distributed-optimizer-instances 2")
+    argv = flags(MOE.replace("/nowhere/ckpt", str(tmp_path)), "--num-distributed-optimizer-instances 2")
     first = run(["estimate", "--world-size", "8", "--format", "json", "--"] + argv)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
     again = run(["estimate", "--world-size", "8", "--format", "json", "--"] + argv)

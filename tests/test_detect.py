@@ -13,7 +13,6 @@ from megatron_estimator.inputs.detect import detect_format
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHARED_EXAMPLE = Path("/work/shared/megatron/yaml-cfg-example.yaml")
 
 LAUNCH = """\
 torchrun --nproc_per_node 8 pretrain_gpt.py \\
@@ -33,12 +32,6 @@ def test_shipped_files():
     assert detect_format(REPO / "examples/llama3-70b-tight.yaml") == "seed-yaml"
     assert detect_format(FIXTURES / "seed-broken.yaml") == "seed-yaml"
     assert detect_format(FIXTURES / "megatron-yaml-gpt.yaml") == "megatron-yaml"
-
-
-def test_shared_yaml_cfg_example():
-    if not SHARED_EXAMPLE.exists():
-        pytest.skip(f"{SHARED_EXAMPLE} is not on this machine")
-    assert detect_format(SHARED_EXAMPLE) == "megatron-yaml"
 
 
 @pytest.mark.parametrize("name, text", [

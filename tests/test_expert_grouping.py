@@ -126,7 +126,7 @@ CASES = [
     (TINY_GPT, 8, "--num-experts 8 --expert-model-parallel-size 2 --optimizer muon "
                   "--use-distributed-optimizer --no-use-layer-wise-param-layout"),
     (TINY_GPT, 8, "--num-experts 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 "
-                  "--sequence-parallel --use-distributed-optimizer --load /nonexistent/ckpt --ckpt-fully-parallel-load "
+                  "--sequence-parallel --use-distributed-optimizer --load /nowhere/ckpt --ckpt-fully-parallel-load "
                   "--disable-bias-linear"),
 ]
 

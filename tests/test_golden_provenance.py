@@ -103,8 +103,7 @@ def test_the_ci_image_of_a_row(monkeypatch):
     assert calibrate.overheads_for(dict(row, test_case="gpt/b")).flash_attn is None
 
 
-def test_the_bundled_provenance_covers_every_measured_row(shared_calibration):
-    with open(shared_calibration, newline="", encoding="utf-8") as f:
-        rows = {(r["test_case"], r["golden_file"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+def test_the_bundled_provenance_covers_every_measured_row(calibration_rows):
+    rows = {(r["test_case"], r["golden_file"]) for r in calibration_rows}
     assert rows <= set(calibrate.read_provenance())
     assert len(calibrate.read_provenance()) == 337

@@ -552,21 +552,13 @@ def test_paths_that_do_not_hold_a_config(tmp_path):
 # The flags are Megatron's: names, dests and actions as its argument parser has them
 
 
-def _flag_table() -> Path | None:
+def test_flags_match_megatrons_argument_table():
+    # data/megatron_flags.tsv: Megatron-LM's parser as scripts/import_flags recorded it (d98e8a64)
     from megatron_estimator.core.resources import data_path
 
-    for candidate in (data_path("flags.tsv"), Path("/work/shared/megatron/flags.tsv")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def test_flags_match_megatrons_argument_table():
-    table = _flag_table()
-    if table is None:
-        pytest.skip("Megatron-LM's flag table (flags.tsv) is not available here")
-    with table.open(newline="") as handle:
-        rows = {row["flag"]: row for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    with data_path("megatron_flags.tsv").open(newline="", encoding="utf-8") as handle:
+        lines = [line for line in handle if not line.startswith("#")]
+    rows = {row["flag"]: row for row in csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)}
     actions = {"value": "store", "switch": "store_true", "off": "store_false"}
     for flag, (dest, kind) in SUPPLIED_FLAGS.items():
         assert flag in rows, flag

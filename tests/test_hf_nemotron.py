@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, megatron_tree, recorded_answers
 
 from megatron_estimator.inputs.hf import parse_hf_config
 from megatron_estimator.inputs.presets import load_preset
 
 PRESETS = REPO / "megatron_estimator" / "data" / "presets"
-MLM_EXAMPLES = Path("/work/tools/mlm_examples")
+MODELOPT_CONF = "examples/post_training/modelopt/conf/nvidia"
 
 # Published sizes: an exact total of each checkpoint where one is quoted publicly, and the size
 # the model card / paper states.
@@ -166,15 +166,26 @@ def test_layer_counts_are_the_papers():
     assert kinds("nemotron-3-nano-30b-a3b") == {"M": 23, "E": 23, "*": 6}
 
 
-def _modelopt_flags(name: str) -> list[str]:
-    """MODEL_ARGS of Megatron-LM's examples/post_training/modelopt/conf/nvidia/<name>.sh
-    (flattened into /work/tools/mlm_examples)."""
-    path = MLM_EXAMPLES / f"examples_post_training_modelopt_conf_nvidia_{name}.sh"
-    if not path.is_file():
-        pytest.skip(f"Megatron-LM's examples are not extracted here ({path})")
-    text = path.read_text()
+MODELOPT_CHECKPOINTS = ["Nemotron-H-8B-Base-8K", "Nemotron-H-56B-Base-8K", "NVIDIA-Nemotron-Nano-9B-v2",
+                        "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"]
+
+
+def modelopt_model_args(tree: Path, name: str) -> dict:
+    """MODEL_ARGS of Megatron-LM's examples/post_training/modelopt/conf/nvidia/<name>.sh."""
+    text = (tree / MODELOPT_CONF / f"{name}.sh").read_text()
     body = re.search(r'MODEL_ARGS="(.*?)"', text, re.S).group(1)
-    tokens = shlex.split(body.replace("\\\n", " "))
+    return {"model_args": shlex.split(body.replace("\\\n", " "))}
+
+
+def _modelopt_flags(name: str) -> list[str]:
+    """MODEL_ARGS of the example: from MEGATRON_LM_TREE, else as scripts/record_megatron_checks
+    recorded them (tests/data/megatron_answers.json)."""
+    tree = megatron_tree(MODELOPT_CONF)
+    if tree is None:
+        answers = recorded_answers("modelopt_model_args", [{"checkpoint": c} for c in MODELOPT_CHECKPOINTS])
+        tokens = answers[MODELOPT_CHECKPOINTS.index(name)]["model_args"]
+    else:
+        tokens = modelopt_model_args(tree, name)["model_args"]
     drop = {"--trust-remote-code", "--use-mcore-models", "--export-model-type", "--tokenizer-type",
             "--tiktoken-pattern", "--save-interval", "--exit-duration-in-mins", "--enable-experimental"}
     kept, skip = [], False

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, problems_of
+from conftest import REPO, TREE_ENV, megatron_tree, problems_of
 
 from megatron_estimator.model.activations import layer_activations
 from megatron_estimator.model.parameters import count, layer_tensors
 
-MLM_EXAMPLES = Path("/work/tools/mlm_examples")
+MAMBA_TRAIN = megatron_tree("examples/mamba/train.sh")
 
 # A toy hybrid: h 64, a 4 (d 16), F 4h = 256, vocab 1000 -> 1024, 32 positions, LayerNorm, biases
 # (Megatron's defaults), Mamba head dim 16, state 8, 2 groups -> d_inner 2h = 128, 8 heads.
@@ -252,13 +252,13 @@ def _cli(args, cwd):
                           env=environ, cwd=cwd, timeout=120)
 
 
-@pytest.mark.skipif(not (MLM_EXAMPLES / "examples_mamba_train.sh").is_file(),
-                    reason=f"{MLM_EXAMPLES} (copies of Megatron-LM's examples) absent")
+@pytest.mark.skipif(MAMBA_TRAIN is None, reason=f"set {TREE_ENV} to a Megatron-LM checkout (its examples/ are not ours to commit)")
 def test_megatron_lms_mamba_train_sh(tmp_path):
-    script = (MLM_EXAMPLES / "examples_mamba_train.sh").read_text()
+    example = MAMBA_TRAIN / "examples/mamba/train.sh"
+    script = example.read_text()
     # As written, only its SentencePiece tokenizer file (argument 2) is missing here.
     result = _cli(["check", "--format", "json", "--script-arg=/data", "--script-arg=/tok.model",
-                   str(MLM_EXAMPLES / "examples_mamba_train.sh")], tmp_path)
+                   str(example)], tmp_path)
     doc = json.loads(result.stdout)
     assert [p["code"] for p in doc["problems"]] == ["unknown-vocab-size"], doc["problems"]
     # With a vocabulary size it is estimated: 800M (the script's default scale).

@@ -3,13 +3,13 @@
 Megatron-LM main (d98e8a64) builds GatedDeltaNet / GatedDeltaNet2 and AbsorbedMLASelfAttention
 with its DSAttention / DSAIndexer in a child interpreter (tests/mcore_main_gd.py: that tree first
 on sys.path, the meta device, the fake process group, Transformer Engine's layers stood in by
-their shapes).  The installed megatron-core 0.16.1 has neither module, so the test skips without
-a Megatron-LM tree (MEGATRON_LM_TREE, default /work/tools/mlm_tree) or torch."""
+their shapes).  The installed megatron-core 0.16.1 has neither module, so the harness needs
+a Megatron-LM tree; where MEGATRON_LM_TREE names none, the tests read the harness's answers as
+scripts/record_megatron_checks recorded them (tests/data/megatron_answers.json)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from test_hybrid import config
+from conftest import megatron_tree, recorded_answers
 from test_hybrid_gd import DSA, GDN, tp
 
 from megatron_estimator.model.parameters import layer_tensors
 
-TREE = Path(os.environ.get("MEGATRON_LM_TREE", "/work/tools/mlm_tree"))
 HARNESS = Path(__file__).with_name("mcore_main_gd.py")
 
 TOY = dict(hidden=64, heads=4)
@@ -45,28 +45,25 @@ CASES = [
 ]
 
 
-def _why_not() -> str | None:
-    if not (TREE / "megatron/core/ssm/gated_delta_net/common.py").is_file():
-        return f"no Megatron-LM tree with the gated delta net modules at {TREE} (set MEGATRON_LM_TREE)"
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return "torch is not installed"
-    return None
+def _answers(name: str, cases) -> dict[str, dict]:
+    """The harness's answers to the cases' requests: live from MEGATRON_LM_TREE, else recorded."""
+    requests = [req for _, req, _ in cases]
+    tree = megatron_tree("megatron/core/ssm/gated_delta_net/common.py")
+    if tree is None:
+        answers = recorded_answers(name, requests)
+    else:
+        pytest.importorskip("torch")
+        result = subprocess.run([sys.executable, str(HARNESS), str(tree)], capture_output=True, text=True,
+                                input="".join(json.dumps(req) + "\n" for req in requests), timeout=600)
+        answers = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        if len(answers) != len(cases):
+            pytest.fail(f"the harness answered {len(answers)} of {len(cases)} requests:\n{result.stderr[-3000:]}")
+    return {case_id: answer for (case_id, _, _), answer in zip(cases, answers)}
 
 
 @pytest.fixture(scope="module")
 def megatron_core_counts() -> dict[str, dict]:
-    reason = _why_not()
-    if reason:
-        pytest.skip(reason)
-    requests = "".join(json.dumps(req) + "\n" for _, req, _ in CASES)
-    result = subprocess.run([sys.executable, str(HARNESS), str(TREE)], input=requests, capture_output=True,
-                            text=True, timeout=600)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if len(lines) != len(CASES):
-        pytest.fail(f"the harness answered {len(lines)} of {len(CASES)} requests:\n{result.stderr[-3000:]}")
-    return {case_id: json.loads(line) for (case_id, _, _), line in zip(CASES, lines)}
+    return _answers("gd_params", CASES)
 
 
 @pytest.mark.parametrize("case_id, request_, ours", CASES, ids=[c[0] for c in CASES])
@@ -98,16 +95,7 @@ CORE_CASES = [
 
 @pytest.fixture(scope="module")
 def megatron_core_saved() -> dict[str, dict]:
-    reason = _why_not()
-    if reason:
-        pytest.skip(reason)
-    requests = "".join(json.dumps(req) + "\n" for _, req, _ in CORE_CASES)
-    result = subprocess.run([sys.executable, str(HARNESS), str(TREE)], input=requests, capture_output=True,
-                            text=True, timeout=600)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if len(lines) != len(CORE_CASES):
-        pytest.fail(f"the harness answered {len(lines)} of {len(CORE_CASES)} requests:\n{result.stderr[-3000:]}")
-    return {case_id: json.loads(line) for (case_id, _, _), line in zip(CORE_CASES, lines)}
+    return _answers("dsa_saved", CORE_CASES)
 
 
 @pytest.mark.parametrize("case_id, request_, ours", CORE_CASES, ids=[c[0] for c in CORE_CASES])

@@ -9,6 +9,7 @@ each other; the front (CLI, settings, pytest plugin) reaches the rest only throu
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,37 @@ def test_the_layer_check_sees_a_wrong_way_import():
     # The check itself must be able to fail: a model module importing the report is refused.
     assert RANK[layer_of("report.text")] > RANK[layer_of("model.stage")]
     assert layer_of("cli") == "front" and "model" not in FRONT_MAY_IMPORT
+
+
+# -- no machine paths: tests and scripts run on any machine -----------------------------------
+# A quoted absolute path of two or more parts (the pattern ../shared/hooks/before-stop greps
+# for) must start at a system folder or at one of the made-up roots the tests use for inputs
+# that are never read (/nowhere/ckpt, /data, ...); tmp_path is how a test names a real file.
+ABSOLUTE = re.compile(r"[\"'](/[A-Za-z0-9_.+-]+){2,}")
+ALLOWED_ROOTS = {"proc", "dev", "tmp", "usr", "bin", "etc", "sys", "opt",
+                 "nowhere", "x", "a", "ckpt", "data", "path", "some"}
+
+
+def machine_paths(text: str) -> list[str]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for match in ABSOLUTE.finditer(line):
+            path = match.group(0)[1:]
+            if path.split("/")[1].lower() not in ALLOWED_ROOTS:
+                found.append(f"{number}: {path}")
+    return found
+
+
+def test_no_test_or_script_names_a_machine_path():
+    top = PACKAGE.parent
+    files = [p for folder in ("tests", "scripts") for p in sorted((top / folder).rglob("*"))
+             if p.is_file() and p.suffix in ("", ".py", ".sh", ".md", ".tsv", ".yaml", ".toml") and "__pycache__" not in p.parts]
+    found = [f"{p.relative_to(top)}:{hit}" for p in files for hit in machine_paths(p.read_text(encoding="utf-8", errors="replace"))]
+    assert not found, "machine paths (keep data in tests/data, or use tmp_path):\n" + "\n".join(found)
+
+
+def test_the_machine_path_check_can_fail():
+    tree, home = "/".join(("", "work", "tools", "mlm_tree")), "/".join(("", "home", "me", "shared"))
+    assert machine_paths(f'TREE = Path("{tree}")\nx = "/tmp/seed/a"') == [f"1: {tree}"]
+    assert machine_paths(f"root = '{home}'") == [f"1: {home}"]
+    assert machine_paths('p = "/nowhere/ckpt"; q = "/proc/self/status"; r = "../shared/x"') == []

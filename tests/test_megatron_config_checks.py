@@ -8,17 +8,15 @@ environment unless given) and Megatron's verdict is the expected one here.
 """
 
 import csv
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from conftest import problems_of
+from conftest import TREE_ENV, megatron_tree, problems_of
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIT = ROOT / "tests" / "data" / "megatron_config_checks.tsv"
-TREE = Path(os.environ.get("MEGATRON_TREE", "/work/tools/mlm_tree"))
 FILES = {"megatron/core/transformer/transformer_config.py", "megatron/core/model_parallel_config.py"}
 
 
@@ -69,11 +67,13 @@ def _checks_in(path: Path, start: str, stop: str | None) -> set[int]:
 
 
 def test_audit_lists_every_raise_and_assert_of_the_tree():
-    if not (TREE / "megatron" / "core" / "transformer" / "transformer_config.py").is_file():
-        pytest.skip(f"no Megatron-LM d98e8a64 tree at {TREE} (set MEGATRON_TREE)")
+    # the audit (tests/data/megatron_config_checks.tsv) is the record; this rereads the tree
+    tree = megatron_tree("megatron/core/transformer/transformer_config.py")
+    if tree is None:
+        pytest.skip(f"set {TREE_ENV} to a Megatron-LM d98e8a64 checkout to reread its checks")
     rows = audit_rows()
-    tc = TREE / "megatron/core/transformer/transformer_config.py"
-    mp = TREE / "megatron/core/model_parallel_config.py"
+    tc = tree / "megatron/core/transformer/transformer_config.py"
+    mp = tree / "megatron/core/model_parallel_config.py"
     want_tc = _checks_in(tc, "class TransformerConfig(", "class MLATransformerConfig(") | _checks_in(tc, "class MLATransformerConfig(", None)
     mp_lines = mp.read_text(encoding="utf-8").split("\n")
     helper = next(i for i, l in enumerate(mp_lines) if l.startswith("def resolve_tensor_parallel_weight_shards"))

@@ -31,6 +31,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from conftest import CALIBRATION_TSV
 from megatron_estimator.api import evaluate, input_from_flags
 from megatron_estimator.model.overhead import Overheads
 
@@ -92,7 +93,7 @@ if __name__ == "__main__":
         print(f"  {name}: {why}")
 
 
-def test_the_data_holds_the_cases_the_generator_makes(shared_calibration):
+def test_the_data_holds_the_cases_the_generator_makes():
     # scripts/megatron_validate's cases() over the calibration TSV: the same cases, in order, so a
     # change to MUTATIONS without regenerating the data fails here (Megatron is not needed)
     import importlib.util
@@ -102,7 +103,7 @@ def test_the_data_holds_the_cases_the_generator_makes(shared_calibration):
     loader = SourceFileLoader("megatron_validate", str(script))
     generator = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     loader.exec_module(generator)
-    made = generator.cases(shared_calibration, 16)
+    made = generator.cases(CALIBRATION_TSV, 16)
     stored = cases()
     assert [c["case"] for c in made] == [c["case"] for c in stored]
     keys = ("argv", "world_size", "env", "gpu", "device_arch")

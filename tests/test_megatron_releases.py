@@ -19,7 +19,8 @@ import pytest
 from megatron_estimator.megatron.releases import UnknownRelease, choose_release, default_release
 
 ROOT = Path(__file__).resolve().parent.parent
-from test_release_tables import BY_RELEASE  # noqa: E402  (../shared, or where that test finds it)
+from conftest import SHARED_ENV, shared_records  # noqa: E402
+from test_release_tables import BY_RELEASE  # noqa: E402  (../shared, or ESTIMATOR_SHARED_DIR)
 TAG_FILES = {"0.14.0": "core_v0.14.0", "0.15.3": "core_v0.15.3", "0.16.1": "core_v0.16.1",
              "0.17.0": "core_v0.17.0", "0.18.0": "core_v0.18.0", "0.19.0": "core_v0.19.0",
              "main": "main-d98e8a64"}
@@ -117,26 +118,39 @@ def test_a_flag_of_some_releases_only(flag, present, absent, message):
     assert problem.location == flag
 
 
-def _rows(label):
-    return [line.split("\t") for line in (BY_RELEASE / f"{TAG_FILES[label]}.tsv").read_text().splitlines()[1:]]
+def _rows(label, by_release: Path):
+    return [line.split("\t") for line in (by_release / f"{TAG_FILES[label]}.tsv").read_text().splitlines()[1:]]
 
 
-def _store_true_flags(label):
-    return {cols[0] for cols in _rows(label) if cols[3] == "store_true" and (len(cols) < 10 or not cols[9])}
+def only_in(by_release: Path) -> dict[str, dict[str, list[str]]]:
+    """Per release and other release: up to five store_true flags the first has and the other
+    has not, from the reference tables of ../shared/megatron/by-release (each tag's own parser)."""
+    mine = {label: {cols[0] for cols in _rows(label, by_release) if cols[3] == "store_true"
+                    and (len(cols) < 10 or not cols[9])} for label in TAG_FILES}
+    strings = {label: {o for cols in _rows(label, by_release) for o in [cols[0], *filter(None, cols[1].split(","))]}
+               for label in TAG_FILES}
+    return {label: {other: sorted(mine[label] - strings[other])[:5] for other in TAG_FILES if other != label}
+            for label in TAG_FILES}
 
 
-def _option_strings(label):
-    return {o for cols in _rows(label) for o in [cols[0], *filter(None, cols[1].split(","))]}
+@pytest.fixture(scope="module")
+def release_only_flags():
+    """Live from the shared folder, else as scripts/record_megatron_checks recorded them."""
+    if BY_RELEASE.is_dir():
+        return only_in(BY_RELEASE)
+    return shared_records()["release_only_store_true"]
 
 
-@pytest.mark.skipif(not BY_RELEASE.is_dir(), reason="../shared/megatron/by-release/ is not here")
+def test_the_recorded_release_only_flags_are_the_shared_tables():
+    if not BY_RELEASE.is_dir():
+        pytest.skip(f"{BY_RELEASE} is absent (set {SHARED_ENV}); the recorded flags were checked")
+    assert only_in(BY_RELEASE) == shared_records()["release_only_store_true"]
+
+
 @pytest.mark.parametrize("label", sorted(TAG_FILES))
-def test_each_release_accepts_its_own_flags_and_others_refuse_them(label):
-    mine = _store_true_flags(label)
-    for other in TAG_FILES:
-        if other == label:
-            continue
-        only_mine = sorted(mine - _option_strings(other))[:5]
+def test_each_release_accepts_its_own_flags_and_others_refuse_them(label, release_only_flags):
+    for other, only_mine in release_only_flags[label].items():
+        assert len(only_mine) <= 5
         for flag in only_mine:
             assert unknown([flag], label) == [], (flag, label)
             [problem] = unknown([flag], other)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY_GPT, flags
+from conftest import REPO, TINY_GPT, TREE_ENV, flags, megatron_tree
 
 from megatron_estimator import api
 from megatron_estimator.report.text import render_text, verdict_to_json
@@ -21,7 +21,7 @@ from megatron_estimator.report.text import render_text, verdict_to_json
 CLI = [sys.executable, "-m", "megatron_estimator"]
 # A hybrid model needs its layer pattern (config/hybrid.py); Mamba heads 2 x 64 / 64 = 2, one group.
 HYBRID = "--hybrid-layer-pattern M*M- --mamba-num-groups 1"
-MLM_EXAMPLES = Path("/work/tools/mlm_examples")
+MLM_EXAMPLES = megatron_tree("examples")
 
 
 def cli(args, env=None, cwd=None):
@@ -206,9 +206,9 @@ def test_bert_and_t5_launch_scripts_are_refused_as_such(tmp_path, name, text, fa
     assert doc["problems"][0]["location"] == f"{script}:{text.count(chr(10))}"   # the launch's line
 
 
-@pytest.mark.skipif(not MLM_EXAMPLES.is_dir(), reason=f"{MLM_EXAMPLES} (copies of Megatron-LM's examples) absent")
-@pytest.mark.parametrize("name, family", [("examples_bert_train_bert_340m_distributed.sh", "bert"),
-                                          ("examples_t5_train_t5_220m_distributed.sh", "t5")])
+@pytest.mark.skipif(MLM_EXAMPLES is None, reason=f"set {TREE_ENV} to a Megatron-LM checkout (its examples/ are not ours to commit)")
+@pytest.mark.parametrize("name, family", [("examples/bert/train_bert_340m_distributed.sh", "bert"),
+                                          ("examples/t5/train_t5_220m_distributed.sh", "t5")])
 def test_megatron_lms_own_bert_and_t5_examples(name, family):
     result = cli(["check", "--format", "json"] + [f"--script-arg=/x{i}" for i in range(4)] + [str(MLM_EXAMPLES / name)])
     assert result.returncode == 2
@@ -217,10 +217,10 @@ def test_megatron_lms_own_bert_and_t5_examples(name, family):
     assert [p["code"] for p in doc["problems"]] == ["unsupported-model"]
 
 
-@pytest.mark.skipif(not MLM_EXAMPLES.is_dir(), reason=f"{MLM_EXAMPLES} (copies of Megatron-LM's examples) absent")
+@pytest.mark.skipif(MLM_EXAMPLES is None, reason=f"set {TREE_ENV} to a Megatron-LM checkout (its examples/ are not ours to commit)")
 def test_megatron_lms_own_mamba_example_is_a_hybrid_model():
     result = cli(["check", "--format", "json", "--script-arg=/ckpt", "--script-arg=/tb", "--script-arg=/tok",
-                  "--script-arg=/data", str(MLM_EXAMPLES / "examples_mamba_train.sh")])
+                  "--script-arg=/data", str(MLM_EXAMPLES / "examples/mamba/train.sh")])
     doc = json.loads(result.stdout)
     assert doc["model"]["family"] == "hybrid"
     assert doc["model"]["entry_script"].endswith("pretrain_hybrid.py") or doc["model"]["entry_script"].endswith(

@@ -56,7 +56,7 @@ GPT_CASES = [
               "--use-distributed-optimizer --no-use-layer-wise-param-layout --pipeline-model-parallel-size 2"),
     (GPT8, 4, "--fp8-format hybrid --fp8-recipe delayed --fp8-param-gather " + SMALL_BUCKETS.format(2000)),
     (GPT8, 8, "--num-experts 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 --sequence-parallel "
-              "--use-distributed-optimizer --load /nonexistent/ckpt --ckpt-fully-parallel-load --disable-bias-linear"),
+              "--use-distributed-optimizer --load /nowhere/ckpt --ckpt-fully-parallel-load --disable-bias-linear"),
 ]
 
 

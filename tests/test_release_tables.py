@@ -3,12 +3,16 @@
 Expanded for one release (the rows whose first..last interval holds it, in table order), it must
 give: for main, data/megatron_flags.tsv row for row; for every release with a reference table in
 ../shared/megatron/by-release/ (read from each tag's own argparse parser, independently of this
-project), the same flag specs and the same relative order of flags sharing a dest.
+project), the same flag specs and the same relative order of flags sharing a dest.  Where the
+shared folder is absent, the comparison is with the tables' digests that
+``scripts/record_megatron_checks --shared ../shared`` recorded in tests/data/shared_records.json.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import importlib.machinery
 import importlib.util
 import signal
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED
+from conftest import REPO, SHARED, SHARED_ENV, shared_records
 
 DATA = REPO / "megatron_estimator" / "data"
 BY_RELEASE = SHARED / "megatron" / "by-release"
@@ -128,36 +132,65 @@ def _normalise_reference(row: list[str]) -> tuple[str, ...]:
     return flag, aliases, dest, action, kind, nargs, default, choices, const
 
 
-def _reference_file(release: dict[str, str]) -> Path:
+RECORDS = shared_records()
+SAMPLE_FLAGS = ("--attention-backend", "--exit-signal", "--cp-comm-type", "--sequence-parallel")
+NO_SHARED = f"{BY_RELEASE} is absent (set {SHARED_ENV}); the recorded digests were checked"
+
+
+def _reference_file(release: dict[str, str], by_release: Path = BY_RELEASE) -> Path:
     if release["label"] == "main":
-        return BY_RELEASE / f"main-{release['commit'][:8]}.tsv"
-    return BY_RELEASE / f"{release['tag']}.tsv"
+        return by_release / f"main-{release['commit'][:8]}.tsv"
+    return by_release / f"{release['tag']}.tsv"
 
 
-@pytest.mark.parametrize("label", LABELS)
+def digest(rows) -> dict:
+    """What the comparison below asks of a table, in a form that can be recorded: the row
+    count, the set of specs and each dest's flag order, hashed."""
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return {"rows": len(rows), "specs": sha("\n".join(sorted("\t".join(row) for row in set(rows)))),
+            "dest_orders": sha(json.dumps(_dest_orders(rows), sort_keys=True))}
+
+
+def _ours(label: str) -> list[tuple[str, ...]]:
+    # The reference leaves out the optional extensions' flags (modelopt, kitchen).
+    return [_reference_style(row) for row in expand(label) if not row[9]]
+
+
+@pytest.mark.parametrize("label", sorted(RECORDS.get("by_release", ())))
+def test_release_matches_the_recorded_reference(label):
+    assert digest(_ours(label)) == RECORDS["by_release"][label], (
+        f"{label}: the per-release table differs from ../shared/megatron/by-release; set {SHARED_ENV} "
+        "and run test_release_matches_the_shared_reference for the rows")
+
+
+def test_every_release_but_0_17_1_has_a_recorded_reference():
+    # by-release holds no core_v0.17.1 table
+    assert set(LABELS) - set(RECORDS["by_release"]) == {"0.17.1"}
+
+
+@pytest.mark.parametrize("label", sorted(RECORDS.get("by_release", ())))
 def test_release_matches_the_shared_reference(label):
     if not BY_RELEASE.is_dir():
-        pytest.skip(f"{BY_RELEASE} is not on this machine (the reference tables live in ../shared)")
+        pytest.skip(NO_SHARED)
     release = next(r for r in _releases() if r["label"] == label)
     reference_path = _reference_file(release)
-    if not reference_path.exists():
-        pytest.skip(f"no reference table for {label} in {BY_RELEASE}")
     header, *reference_rows = _rows(reference_path)
     assert header == list(COLUMNS[:9])
     reference = [_normalise_reference(row) for row in reference_rows]
-    # The reference leaves out the optional extensions' flags (modelopt, kitchen).
-    ours = [_reference_style(row) for row in expand(label) if not row[9]]
+    assert digest(reference) == RECORDS["by_release"][label], "the record is stale: rerun scripts/record_megatron_checks"
+    ours = _ours(label)
     assert len(ours) == len(reference)
     assert sorted(set(ours) - set(reference)) == [] and sorted(set(reference) - set(ours)) == []
     assert _dest_orders(ours) == _dest_orders(reference)
 
 
 def test_reference_normalisation_is_not_vacuous():
-    """The style conversions above act on rows the reference really has."""
-    if not BY_RELEASE.is_dir():
-        pytest.skip(f"{BY_RELEASE} is not on this machine (the reference tables live in ../shared)")
-    _, *rows = _rows(BY_RELEASE / "core_v0.16.1.tsv")
-    by_flag = {row[0]: row for row in rows}
+    """The style conversions above act on rows the reference really has (recorded from
+    ../shared/megatron/by-release/core_v0.16.1.tsv)."""
+    by_flag = {row[0]: row for row in RECORDS["core_v0.16.1_rows"]}
+    assert set(by_flag) == set(SAMPLE_FLAGS)
     assert _normalise_reference(by_flag["--attention-backend"])[4:8] == (
         "AttnBackend", "", "'auto'", "flash|fused|unfused|local|auto")
     assert _normalise_reference(by_flag["--exit-signal"])[6] == "'SIGTERM'"

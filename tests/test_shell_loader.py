@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from conftest import TREE_ENV, megatron_tree
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.launch.sbatch import SbatchHeaders
 from megatron_estimator.inputs.launch.script import ScriptEnvVar, load_launch_script
@@ -54,7 +55,7 @@ def test_distributed_args_arrays_like_megatron_examples():
         "--micro-batch-size", "2", "--global-batch-size", "32", "--train-iters", "100", "--lr", "1.0e-4", "--bf16",
         "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
         "--data-path", "/data/my-corpus_text_document", "--tokenizer-type", "NullTokenizer", "--vocab-size", "32000",
-        "--split", "949,50,1", "--save", "/checkpoints/gpt-small", "--load", "/checkpoints/gpt-small"]
+        "--split", "949,50,1", "--save", "/ckpt/gpt-small", "--load", "/ckpt/gpt-small"]
     assert launch.world_size == 8
     assert launch.world_size_source == f"torchrun --nproc_per_node 4 ({path}:20) x --nnodes 2 ({path}:21)"
     assert launch.environment == (ScriptEnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", f"{path}:5"),
@@ -73,7 +74,7 @@ def test_each_token_keeps_where_it_was_written():
     assert by_text["--tensor-model-parallel-size"].location == f"{path}:45"
     assert by_text["/data/my-corpus_text_document"].location == f"{path}:17"   # DATA_PATH=...
     assert by_text["--save"].location == f"{path}:61"
-    assert by_text["/checkpoints/gpt-small"].location == f"{path}:16"          # ${1:-default}
+    assert by_text["/ckpt/gpt-small"].location == f"{path}:16"          # ${1:-default}
     assert launch.megatron_locations[:2] == (f"{path}:28", f"{path}:28")
     assert all(t.unresolved is None for t in launch.megatron_tokens)
 
@@ -427,7 +428,7 @@ def test_expansions_functions_loops_and_sourced_files():
      ["--s1", "/a/b/model", "--s2", "model.tar.gz", "--s3", "/a/b/m.tar.gz", "--up", "/A/B/MODEL.TAR.GZ", "--sub", "a/b"]),
     ('ARR=(--a "b c" d)\nRUN "${ARR[@]}" --n ${#ARR[@]} --j "${ARR[*]}" --k ${ARR[1]}',
      ["--a", "b c", "d", "--n", "3", "--j", "--a b c d", "--k", "b", "c"]),
-    ("RUN --q '$HOME' --d \"$HOME\" --e \\$HOME --t $'a\\tb'", ["--q", "$HOME", "--d", "/home/u", "--e", "$HOME", "--t", "a\tb"]),
+    ("RUN --q '$HOME' --d \"$HOME\" --e \\$HOME --t $'a\\tb'", ["--q", "$HOME", "--d", "/nowhere/u", "--e", "$HOME", "--t", "a\tb"]),
     (': "${N:=3}"\nRUN --n $N --m ${M:-$N} --p ${N:+set} --u ${UNSET:+x}end', ["--n", "3", "--m", "3", "--p", "set", "--u", "end"]),
     ('A=4\nB=2\nRUN --x $(( A * B + 1 )) --y $((A/B)) --z $(( A > B ? A : B )) --w $[A-B]',
      ["--x", "9", "--y", "2", "--z", "4", "--w", "2"]),
@@ -444,7 +445,7 @@ def test_expansions_functions_loops_and_sourced_files():
 def test_bash_expansions(tmp_path, body, expected):
     text = body.replace("RUN ", "torchrun --nproc_per_node 1 pretrain_gpt.py ")
     path = script(tmp_path, text + "\n")
-    launch, problems = load_launch_script(path, {"HOME": "/home/u"})
+    launch, problems = load_launch_script(path, {"HOME": "/nowhere/u"})
     assert problems == ()
     assert flags(launch) == expected
 
@@ -795,9 +796,10 @@ def test_a_here_document_that_is_not_the_script_is_not_read_as_one(tmp_path, lin
 
 
 def test_megatron_fsdp_example_submits_its_launch_in_a_here_document():
-    example = "/work/tools/mlm_examples/examples_megatron_fsdp_sbatch_mfsdp_deepseek_v3.sh"
-    if not os.path.isfile(example):
-        pytest.skip("the Megatron-LM examples are not on this machine (/work/tools)")
+    tree = megatron_tree("examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh")
+    if tree is None:
+        pytest.skip(f"set {TREE_ENV} to a Megatron-LM checkout (its examples/ are not ours to commit)")
+    example = str(tree / "examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh")
     launch, problems = load_launch_script(example, {"PWD": "/tmp"})
     # its #SBATCH lines are placeholders: each is a located problem, and the launch is still found
     with open(example) as handle:

@@ -33,7 +33,7 @@ LAYOUTS = [
     ["--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer"],
     ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer",
      "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"],
-    ["--load", "/checkpoints/run", "--use-distributed-optimizer"],      # resumed: the load's buffers
+    ["--load", "/ckpt/run", "--use-distributed-optimizer"],      # resumed: the load's buffers
 ]
 TRAINING = [
     ["--micro-batch-size", "1", "--global-batch-size", "16"],
