@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.core.units import MiB, byte_size, format_bytes
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
@@ -399,10 +400,10 @@ class ConfigFile:
 
 def _read_text(path: str, problems: list[Problem]) -> str | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        return read_input_text(path, "settings")
     except (OSError, UnicodeDecodeError) as error:
-        problems.append(Problem("unreadable-config", path, f"cannot read {path}: {error}"))
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        problems.append(Problem("unreadable-config", path, f"cannot read the file: {reason}"))
         return None
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from megatron_estimator.core.resources import read_input_bytes
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -66,8 +67,7 @@ def pad_vocab_size(size: int, divisible_by: int, tp: int) -> int:
 def _count_vocab_file(path: str) -> int | None:
     """Entries in a --vocab-file: a JSON object (GPT-2 vocab.json) or one token per line."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input_bytes(path, "vocab")
     except OSError:
         return None
     stripped = data.lstrip()
@@ -149,8 +149,7 @@ def _count_tokenizer_model(path: str) -> int | None:
                 return None
             path = candidate
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input_bytes(path, "tokenizer")
     except OSError:
         return None
     if data.lstrip().startswith(b"{"):

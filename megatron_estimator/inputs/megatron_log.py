@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.core.units import GiB, KiB, MiB
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
@@ -142,7 +143,7 @@ def _split_prefix(line: str) -> tuple[str | None, int | None, str]:
 def read_megatron_log(path: str | Path) -> MegatronLog:
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = read_input_text(path, "log", errors="replace")
     except OSError as err:
         return MegatronLog(RawArgs(source=name), (Problem("unreadable-file", name, err.strerror or str(err)),))
     return parse_megatron_log(text, name)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.core.resources import path_string
+from megatron_estimator.core.resources import path_string, read_input_text
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -62,8 +62,7 @@ def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
     """Read and parse ``path``; unreadable files are a problem, never an exception."""
     name = str(path)
     try:
-        with open(path_string(path), encoding="utf-8") as f:     # Path(path).read_text(), without pathlib
-            text = f.read()
+        text = read_input_text(path_string(path), "yaml")    # Path(path).read_text(), bounded
     except FileNotFoundError:
         return YamlDocument(name, None, (Problem("file-not-found", name, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
