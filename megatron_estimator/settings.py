@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
-from megatron_estimator.core.resources import read_input_text
+from megatron_estimator.core.resources import CAP_VARIABLE, parse_bound_error, read_input_text
 from megatron_estimator.core.units import MiB, byte_size, format_bytes
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
@@ -423,6 +423,12 @@ def _load_toml(text: str, path: str, problems: list[Problem]) -> dict | None:
     except tomllib.TOMLDecodeError as error:
         problems.append(_toml_problem(str(error), path))
         return None
+    except (RecursionError, ValueError) as error:      # a parser bound: nesting, integer digits
+        bound = parse_bound_error(error, text)
+        if bound is None:
+            raise
+        problems.append(Problem("toml-syntax", f"{path}:{bound[0]}", f"cannot read: {bound[1]}"))
+        return None
 
 
 def _toml_problem(message: str, path: str) -> Problem:
@@ -567,7 +573,7 @@ def _from_cli(cli_values: Mapping[str, Any]) -> list[_Given]:
 def _from_environment(environ: Mapping[str, str], problems: list[Problem]) -> list[_Given]:
     given = []
     for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX) or name == DEBUG_ENV_VAR:
+        if not name.startswith(ENV_PREFIX) or name in (DEBUG_ENV_VAR, CAP_VARIABLE):   # not settings
             continue
         spec = _ENV_VARS.get(name)
         if spec is None:

@@ -76,7 +76,7 @@ def _count_vocab_file(path: str) -> int | None:
 
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if isinstance(obj, dict):
             if "model" in obj:  # a tokenizer.json given as the vocab file
@@ -157,7 +157,7 @@ def _count_tokenizer_model(path: str) -> int | None:
 
         try:
             return _count_tokenizer_json(json.loads(data))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return _count_sentencepiece_model(data)
 

@@ -178,3 +178,30 @@ def read_input_text(path, kind: str, *, errors: str = "strict", head: int | None
         data = data[3:]
     text = data.decode("utf-8", errors=errors)
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+# -- bounds met while parsing -----------------------------------------------------------------
+
+def parse_bound_error(error: BaseException, text: str) -> tuple[int, str] | None:
+    """(1-based line, sentence) when ``error`` from ``json.loads`` / ``tomllib.loads`` is one of
+    the parsers' bounds, not a syntax error: nesting past Python's recursion limit, or an
+    integer past its digit limit (``sys.get_int_max_str_digits``); None otherwise."""
+    if isinstance(error, RecursionError):
+        depth, deepest = 0, 0
+        for index, char in enumerate(text):      # the first place the brackets nest past 100
+            if char in "[{":
+                depth += 1
+                if depth > 100:
+                    deepest = index
+                    break
+            elif char in "]}":
+                depth -= 1
+        return text.count("\n", 0, deepest) + 1, "values nest too deeply to read (arrays or tables inside one another)"
+    message = str(error)
+    if isinstance(error, ValueError) and "integer string conversion" in message:
+        import re
+
+        found = re.search(r"\d{4000,}", text)
+        line = text.count("\n", 0, found.start()) + 1 if found else 1
+        return line, f"an integer has too many digits to read ({message.split(';')[0].split(':')[-1].strip()})"
+    return None
