@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
+from megatron_estimator.core.limits import world_size_problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
@@ -476,6 +477,17 @@ def world_size_for(inp: TrainingInput | None, given: int | None = None, given_so
     (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
     input is not read yet, its own size is not asked).  ``say_launch``
     (``run``): a given size's source also names what the launch command itself says."""
+    value, source, problems = _world_size_from(inp, given, given_source, environ, say_launch)
+    # past the estimator's bound: refused here, before any search (resolve says why 0 is wrong)
+    wrong = world_size_problem(value) if isinstance(value, int) and value > 0 and not problems else None
+    if wrong is not None:
+        where = (source or "world size").split(" (", 1)[0]
+        said = f" ({source})" if source != where else ""
+        return None, None, (Problem("world-size-out-of-range", where, wrong + said),)
+    return value, source, problems
+
+
+def _world_size_from(inp, given, given_source, environ, say_launch):
     if given is not None:
         source = given_source or "--world-size"
         if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
