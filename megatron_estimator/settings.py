@@ -165,15 +165,14 @@ def _accept_flags(raw: Any) -> tuple[str, ...]:
     """Option strings accepted as the entry script's own: a list (``["--a", "--b"]``), or a
     string of them separated by commas or spaces (``--a,--b``)."""
     items = raw if isinstance(raw, (list, tuple)) else [raw]
-    flags: list[str] = []
+    flags: dict[str, None] = {}         # in order, each once (a dict: no quadratic list search)
     for item in items:
         if not isinstance(item, str):
             raise ValueError(f"must be option strings such as --model-provider, not {describe_value(item, TOML)}")
         for flag in item.replace(",", " ").split():
             if not flag.startswith("-") or flag in ("-", "--") or "=" in flag:
                 raise ValueError(f"must be option strings such as --model-provider (no values), not {flag!r}")
-            if flag not in flags:
-                flags.append(flag)
+            flags.setdefault(flag, None)
     return tuple(flags)
 
 
