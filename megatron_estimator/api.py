@@ -409,7 +409,8 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
         return input_from_mapping(config)
     if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
         return input_from_flags([str(x) for x in config], environ=environ)
-    raise TypeError(f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")
+    raise InvalidInput([Problem("invalid-argument", "config", "config must be a list of Megatron flags, a path or "
+                                f"a mapping, not {type(config).__name__}")])
 
 
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
@@ -423,7 +424,8 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     except InvalidInput as err:
         argument_problems += err.problems
         budget = None
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
+                                   or world_size_problem(world_size) is not None):
         argument_problems.append(Problem("invalid-world-size", "world_size",
                                          f"world_size must be a positive integer, not {world_size!r}"))
         world_size = None
@@ -727,6 +729,10 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     Returns ``results.comparison.LogComparison``; never raises for bad input."""
     from megatron_estimator.model.overhead import Overheads, communicators
     from megatron_estimator.results import comparison
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput([Problem("invalid-argument", "path", f"path must be a file path (str or os.PathLike), "
+                                    f"not {type(path).__name__}")])
 
     from megatron_estimator.core.resources import path_string
 
