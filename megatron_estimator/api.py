@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
-from megatron_estimator.core.limits import world_size_problem
+from megatron_estimator.core.limits import bounded_world_size, world_size_problem
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
@@ -409,8 +409,7 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
         return input_from_mapping(config)
     if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
         return input_from_flags([str(x) for x in config], environ=environ)
-    raise InvalidInput([Problem("invalid-argument", "config", "config must be a list of Megatron flags, a path or "
-                                f"a mapping, not {type(config).__name__}")])
+    raise InvalidInput([Problem("invalid-argument", "config", f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")])
 
 
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
@@ -424,8 +423,7 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     except InvalidInput as err:
         argument_problems += err.problems
         budget = None
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
-                                   or world_size_problem(world_size) is not None):
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size_problem(world_size)):
         argument_problems.append(Problem("invalid-world-size", "world_size",
                                          f"world_size must be a positive integer, not {world_size!r}"))
         world_size = None
@@ -479,14 +477,7 @@ def world_size_for(inp: TrainingInput | None, given: int | None = None, given_so
     (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
     input is not read yet, its own size is not asked).  ``say_launch``
     (``run``): a given size's source also names what the launch command itself says."""
-    value, source, problems = _world_size_from(inp, given, given_source, environ, say_launch)
-    # past the estimator's bound: refused here, before any search (resolve says why 0 is wrong)
-    wrong = world_size_problem(value) if isinstance(value, int) and value > 0 and not problems else None
-    if wrong is not None:
-        where = (source or "world size").split(" (", 1)[0]
-        said = f" ({source})" if source != where else ""
-        return None, None, (Problem("world-size-out-of-range", where, wrong + said),)
-    return value, source, problems
+    return bounded_world_size(*_world_size_from(inp, given, given_source, environ, say_launch))
 
 
 def _world_size_from(inp, given, given_source, environ, say_launch):
@@ -729,10 +720,6 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     Returns ``results.comparison.LogComparison``; never raises for bad input."""
     from megatron_estimator.model.overhead import Overheads, communicators
     from megatron_estimator.results import comparison
-
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidInput([Problem("invalid-argument", "path", f"path must be a file path (str or os.PathLike), "
-                                    f"not {type(path).__name__}")])
 
     from megatron_estimator.core.resources import path_string
 

@@ -25,3 +25,16 @@ def shown_count(value: int, unit: str) -> str:
     if value.bit_length() < 64:
         return f"{value:,} {unit}"
     return f"a {int(value.bit_length() * 0.30103) + 1}-digit number of {unit}"
+
+
+def bounded_world_size(value, source, problems):
+    """``api.world_size_for``'s answer, refused past the bound before any search (a world size
+    below 1 is left to ``config.resolve``, which says why)."""
+    from megatron_estimator.core.problems import Problem
+
+    wrong = world_size_problem(value) if isinstance(value, int) and value > 0 and not problems else None
+    if wrong is None:
+        return value, source, problems
+    where = (source or "world size").split(" (", 1)[0]
+    said = f" ({source})" if source != where else ""
+    return None, None, (Problem("world-size-out-of-range", where, wrong + said),)
