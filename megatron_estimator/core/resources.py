@@ -75,8 +75,8 @@ def path_suffix(path) -> str:
 _MIB = 1 << 20
 FILE_CAPS = {                     # kind -> (what it is, in the message; bytes)
     "hf-config": ("HF config", 16 * _MIB),
-    "vocab": ("vocabulary file", 128 * _MIB),
-    "tokenizer": ("tokenizer file", 128 * _MIB),
+    "vocab": ("vocabulary file", 48 * _MIB),      # the largest tokenizer.json known is about 33 MB
+    "tokenizer": ("tokenizer file", 48 * _MIB),
     "yaml": ("YAML file", 16 * _MIB),
     "script": ("shell script", 1 * _MIB),       # the shell reader parses about 0.3 MiB a second
     "python": ("Python file", 4 * _MIB),
