@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
+from megatron_estimator.config.world_size import world_size_for  # noqa: F401  (the fronts' one check)
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 # The release a run is checked against (a ChosenRelease; the fronts pass it on as ``release=``),
@@ -435,7 +436,7 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
         return input_from_mapping(config, release=release)
     if isinstance(config, Sequence) and not isinstance(config, (str, bytes)):
         return input_from_flags([str(x) for x in config], environ=environ, release=release)
-    raise TypeError(f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")
+    raise InvalidInput([Problem("invalid-argument", "config", f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")])
 
 
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
@@ -494,42 +495,6 @@ def budget_bytes(value: Any, location: str = "budget") -> int:
 def _budget_source(budget: int | str) -> str:
     """How a report names a budget given as an argument: ``80 bytes`` or ``budget 80GiB``."""
     return f"{budget} bytes" if isinstance(budget, int) else f"budget {budget}"
-
-
-def world_size_for(inp: TrainingInput | None, given: int | None = None, given_source: str | None = None, *,
-                   environ: Mapping[str, str] | None = None, say_launch: bool = False, location: str | None = None
-                   ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
-    """The world size to estimate on, where it came from, and any problem with it.
-
-    The first source that gives one wins: ``given`` (``--world-size``, the ``world_size``
-    argument); ``WORLD_SIZE`` in ``environ``, passed only by the fronts whose environment
-    is the job's own (``estimate`` and ``plan`` on the command line); the input's own (the
-    launcher's ``--nproc-per-node x --nnodes``, a seed YAML's ``world_size``, a launch
-    script's).  None of them: ``config.resolve`` takes the smallest world the layout needs
-    (data parallel 1), or reports ``inp.world_size_unknown`` for a launch (``inp`` None: the
-    input is not read yet, its own size is not asked).  ``say_launch``
-    (``run``): a given size's source also names what the launch command itself says.  Every
-    front checks a given size here, the same way: one that is not a positive integer is an
-    ``invalid-world-size`` problem at ``location`` (default ``given_source``)."""
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
-        where = location or given_source or "--world-size"
-        return None, None, (Problem("invalid-world-size", where, f"{where} must be a positive integer, not {given!r}"),)
-    if given is not None:
-        source = given_source or "--world-size"
-        if say_launch and inp is not None and inp.world_size is not None and inp.world_size != given:
-            source += f" (the launch command itself says {inp.world_size}: {inp.world_size_source})"
-        return given, source, ()
-    if environ is not None and environ.get("WORLD_SIZE") is not None:
-        raw = environ["WORLD_SIZE"]
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value < 1:
-            return None, None, (Problem("invalid-world-size", "WORLD_SIZE",
-                                        f"WORLD_SIZE={raw!r} is not a positive integer"),)
-        return value, f"WORLD_SIZE={value} in the environment", ()
-    return (inp.world_size, inp.world_size_source, ()) if inp is not None else (None, None, ())
 
 
 def driver_gpu_budget(environ: Mapping[str, str], proc_root: str | None = None):

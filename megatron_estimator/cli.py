@@ -524,6 +524,9 @@ class PlanProgress:
             self.width = 0
 
 
+MAX_TOP = 10_000      # plan --top: layouts printed (README.md, Limits)
+
+
 def cmd_plan(ns, environ) -> int:
     from megatron_estimator.api import overheads_from_settings, plan, plan_input, search_space, world_size_for
     from megatron_estimator.core.problems import InvalidInput, Problem
@@ -535,21 +538,27 @@ def cmd_plan(ns, environ) -> int:
     fmt = settings.format
     path, flags = _plan_model(ns)
     problems: list = []
-    if ns.top is not None and ns.top < 1:
-        problems.append(Problem("out-of-range", "--top", f"--top {ns.top} must be at least 1"))
+    if ns.top is not None and not 1 <= ns.top <= MAX_TOP:
+        problems.append(Problem("out-of-range", "--top", f"--top {ns.top} must be from 1 to {MAX_TOP:,}"))
     if ns.gpus_per_node is not None and ns.gpus_per_node < 1:
         problems.append(Problem("out-of-range", "--gpus-per-node", f"--gpus-per-node {ns.gpus_per_node} must be at least 1"))
     world, _, world_problems = world_size_for(None, ns.world_size, environ=environ)
     problems += world_problems
     gbs = ns.global_batch_size
-    if world is None or gbs is None:
+    if (world is None and not world_problems) or gbs is None:
         # The input may say: a launch script or seed YAML gives the world size, the flags the batch.
-        inp, _ = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config, environ=environ,
-                            release=release)
-        world = world if world is not None else inp.world_size
+        inp, input_problems = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config,
+                                         environ=environ, release=release)
+        if world is None and not world_problems:
+            world, _, world_problems = world_size_for(inp)
+            problems += world_problems
         if gbs is None and inp.raw.given("global_batch_size"):
             gbs = inp.raw.value("global_batch_size")
-    if world is None:
+        if gbs is None:                         # given with a value that is no batch size: say so
+            given_badly = [p for p in input_problems if p.location.split(" ")[-1] == "--global-batch-size"]
+            problems += given_badly
+            gbs = 0 if given_badly else None
+    if world is None and not world_problems:
         problems.append(Problem("unknown-world-size", "--world-size", "the planner needs the number of GPUs: pass --world-size"))
     if gbs is None:
         problems.append(Problem("missing-global-batch-size", "--global-batch-size",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.core.resources import CAP_VARIABLE, parse_bound_error, read_input_text
 from megatron_estimator.core.units import MiB, byte_size, format_bytes
 
 ENV_PREFIX = "MEGATRON_ESTIMATOR_"
@@ -164,15 +165,14 @@ def _accept_flags(raw: Any) -> tuple[str, ...]:
     """Option strings accepted as the entry script's own: a list (``["--a", "--b"]``), or a
     string of them separated by commas or spaces (``--a,--b``)."""
     items = raw if isinstance(raw, (list, tuple)) else [raw]
-    flags: list[str] = []
+    flags: dict[str, None] = {}         # in order, each once (a dict: no quadratic list search)
     for item in items:
         if not isinstance(item, str):
             raise ValueError(f"must be option strings such as --model-provider, not {describe_value(item, TOML)}")
         for flag in item.replace(",", " ").split():
             if not flag.startswith("-") or flag in ("-", "--") or "=" in flag:
                 raise ValueError(f"must be option strings such as --model-provider (no values), not {flag!r}")
-            if flag not in flags:
-                flags.append(flag)
+            flags.setdefault(flag, None)
     return tuple(flags)
 
 
@@ -399,10 +399,10 @@ class ConfigFile:
 
 def _read_text(path: str, problems: list[Problem]) -> str | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        return read_input_text(path, "settings")
     except (OSError, UnicodeDecodeError) as error:
-        problems.append(Problem("unreadable-config", path, f"cannot read {path}: {error}"))
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        problems.append(Problem("unreadable-config", path, f"cannot read the file: {reason}"))
         return None
 
 
@@ -421,6 +421,12 @@ def _load_toml(text: str, path: str, problems: list[Problem]) -> dict | None:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         problems.append(_toml_problem(str(error), path))
+        return None
+    except (RecursionError, ValueError) as error:      # a parser bound: nesting, integer digits
+        bound = parse_bound_error(error, text)
+        if bound is None:
+            raise
+        problems.append(Problem("toml-syntax", f"{path}:{bound[0]}", f"cannot read: {bound[1]}"))
         return None
 
 
@@ -566,7 +572,7 @@ def _from_cli(cli_values: Mapping[str, Any]) -> list[_Given]:
 def _from_environment(environ: Mapping[str, str], problems: list[Problem]) -> list[_Given]:
     given = []
     for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX) or name == DEBUG_ENV_VAR:
+        if not name.startswith(ENV_PREFIX) or name in (DEBUG_ENV_VAR, CAP_VARIABLE):   # not settings
             continue
         spec = _ENV_VARS.get(name)
         if spec is None:

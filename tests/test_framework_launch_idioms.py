@@ -140,7 +140,7 @@ DISTRIBUTED_ARGS="--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES"
 megatron_options="  \
         --num-layers ${NUM_LAYERS} \
         --micro-batch-size ${BATCH_SIZE} \
-        --tensorboard-dir /out/tb_${current_time} \
+        --tensorboard-dir /nowhere/tb_${current_time} \
         "
 run_cmd="torchrun $DISTRIBUTED_ARGS pretrain_gpt.py
  ${megatron_options} ${sp_options} ${vp_options}"
@@ -172,7 +172,7 @@ def test_pai_eval_of_a_built_command(tmp_path, args, environ):
         cut = ran.index("pretrain_gpt.py") + 1
         assert _argv_from(launch.command.argv, "torchrun")[:cut] == ran[:cut]
         assert argv[:-1] == ran[cut:-1]          # the unset optional variables gave no word
-        assert ran[-1] == "/out/tb_2026.01.01"
+        assert ran[-1] == "/nowhere/tb_2026.01.01"
     # dsw: 2 processes x 1 node; dlc (Pai's convention): WORLD_SIZE nodes x GPUs per node = 2 x 8
     assert launch.world_size == (16 if environ else 2)
     notices = " ".join(launch.notices)

@@ -11,6 +11,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start
 if TYPE_CHECKING:
     from typing import Mapping
 
+from megatron_estimator.core.limits import world_size_problem
 from megatron_estimator.config.family import unsupported_model
 from megatron_estimator.config.hybrid import normalize_namespace, unified_pattern
 from megatron_estimator.config.run_context import RunContext, resume_of
@@ -102,6 +103,9 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                                     "cannot tell the world size; pass --world-size")])
     if world < 1:
         problems.add("out-of-range", source, f"world size {world} must be at least 1")
+        problems.raise_if_any()
+    if world_size_problem(world) is not None:
+        problems.add("world-size-out-of-range", source, world_size_problem(world))
         problems.raise_if_any()
     typed = not problems
     for dest in unusable:

@@ -52,14 +52,14 @@ CONFIG_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                       'exactly'},
                 'micro_batch_size': {'type': ['integer', 'null'],
                                      'minimum': 1,
-                                     'maximum': 9007199254740992,
-                                     'description': 'at most 2^53, the largest integer a float holds '
-                                                    'exactly'},
+                                     'maximum': 4294967296,
+                                     'description': "at most 2^32 (4,294,967,296), the estimator's bound on "
+                                                    'batch sizes (README.md, Limits)'},
                 'global_batch_size': {'type': ['integer', 'null'],
                                       'minimum': 1,
-                                      'maximum': 9007199254740992,
-                                      'description': 'at most 2^53, the largest integer a float holds '
-                                                     'exactly'},
+                                      'maximum': 4294967296,
+                                      'description': "at most 2^32 (4,294,967,296), the estimator's bound on "
+                                                     'batch sizes (README.md, Limits)'},
                 'vocab_size': {'type': ['integer', 'null'],
                                'minimum': 1,
                                'maximum': 9007199254740992,
@@ -76,29 +76,29 @@ CONFIG_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                                                                 'holds exactly'},
                 'tensor_model_parallel_size': {'type': 'integer',
                                                'minimum': 1,
-                                               'maximum': 9007199254740992,
-                                               'description': 'at most 2^53, the largest integer a float '
-                                                              'holds exactly'},
+                                               'maximum': 16777216,
+                                               'description': "at most 2^24 (16,777,216), the estimator's "
+                                                              'bound on GPUs (README.md, Limits)'},
                 'pipeline_model_parallel_size': {'type': 'integer',
                                                  'minimum': 1,
-                                                 'maximum': 9007199254740992,
-                                                 'description': 'at most 2^53, the largest integer a float '
-                                                                'holds exactly'},
+                                                 'maximum': 16777216,
+                                                 'description': "at most 2^24 (16,777,216), the estimator's "
+                                                                'bound on GPUs (README.md, Limits)'},
                 'context_parallel_size': {'type': 'integer',
                                           'minimum': 1,
-                                          'maximum': 9007199254740992,
-                                          'description': 'at most 2^53, the largest integer a float holds '
-                                                         'exactly'},
+                                          'maximum': 16777216,
+                                          'description': "at most 2^24 (16,777,216), the estimator's bound "
+                                                         'on GPUs (README.md, Limits)'},
                 'expert_model_parallel_size': {'type': 'integer',
                                                'minimum': 1,
-                                               'maximum': 9007199254740992,
-                                               'description': 'at most 2^53, the largest integer a float '
-                                                              'holds exactly'},
+                                               'maximum': 16777216,
+                                               'description': "at most 2^24 (16,777,216), the estimator's "
+                                                              'bound on GPUs (README.md, Limits)'},
                 'expert_tensor_parallel_size': {'type': ['integer', 'null'],
                                                 'minimum': 1,
-                                                'maximum': 9007199254740992,
-                                                'description': 'at most 2^53, the largest integer a float '
-                                                               'holds exactly'},
+                                                'maximum': 16777216,
+                                                'description': "at most 2^24 (16,777,216), the estimator's "
+                                                               'bound on GPUs (README.md, Limits)'},
                 'num_layers_per_virtual_pipeline_stage': {'type': ['integer', 'null'],
                                                           'minimum': 1,
                                                           'maximum': 9007199254740992,
@@ -127,9 +127,10 @@ CONFIG_SCHEMA = {'$schema': 'https://json-schema.org/draft/2020-12/schema',
                 'pipeline_model_parallel_layout': {'type': ['string', 'null']},
                 'num_distributed_optimizer_instances': {'type': 'integer',
                                                         'minimum': 1,
-                                                        'maximum': 9007199254740992,
-                                                        'description': 'at most 2^53, the largest integer a '
-                                                                       'float holds exactly'},
+                                                        'maximum': 16777216,
+                                                        'description': 'at most 2^24 (16,777,216), the '
+                                                                       "estimator's bound on GPUs "
+                                                                       '(README.md, Limits)'},
                 'hidden_dropout': {'type': 'number', 'minimum': 0, 'maximum': 1},
                 'attention_dropout': {'type': 'number', 'minimum': 0, 'maximum': 1},
                 'normalization': {'enum': ['LayerNorm', 'RMSNorm']},

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
+from megatron_estimator.core.resources import read_input_bytes
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -68,8 +69,7 @@ def pad_vocab_size(size: int, divisible_by: int, tp: int) -> int:
 def _count_vocab_file(path: str) -> int | None:
     """Entries in a --vocab-file: a JSON object (GPT-2 vocab.json) or one token per line."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input_bytes(path, "vocab")
     except OSError:
         return None
     stripped = data.lstrip()
@@ -78,7 +78,7 @@ def _count_vocab_file(path: str) -> int | None:
 
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if isinstance(obj, dict):
             if "model" in obj:  # a tokenizer.json given as the vocab file
@@ -151,8 +151,7 @@ def _count_tokenizer_model(path: str) -> int | None:
                 return None
             path = candidate
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input_bytes(path, "tokenizer")
     except OSError:
         return None
     if data.lstrip().startswith(b"{"):
@@ -160,7 +159,7 @@ def _count_tokenizer_model(path: str) -> int | None:
 
         try:
             return _count_tokenizer_json(json.loads(data))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return _count_sentencepiece_model(data)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from megatron_estimator.core.resources import read_input_text
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -65,12 +66,12 @@ def job_path(environ: Mapping[str, str] | None = None) -> list[str]:
 def _version_in(folder: str, kind: str) -> str | None:
     meta = os.path.join(folder, "METADATA" if kind.lower() == "dist-info" else "PKG-INFO")
     try:
-        with open(meta, encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip()
-                if not line.strip():
-                    break       # the headers end at the first blank line
+        # the headers come first: a long description past the first MiB is never read
+        for line in read_input_text(meta, "metadata", head=1 << 20).splitlines(keepends=True):
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break       # the headers end at the first blank line
     except (OSError, UnicodeDecodeError):
         return None
     return None

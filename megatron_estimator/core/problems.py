@@ -14,11 +14,33 @@ if TYPE_CHECKING:
     from typing import Iterable, Iterator
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_text(text: str) -> str:
+    """Untrusted text (a value, a file name) made safe for one line of a terminal: newlines,
+    tabs and every other non-printable character (terminal escape codes start with one) written
+    as visible escapes (``\\n``, ``\\x1b``, ``\\u2028``), never interpreted."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _ESCAPES.get(c) or
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                    else f"\\U{ord(c):08x}") for c in text)
+
+
 @dataclass(frozen=True)
 class Problem:
+    """One problem; its location and message are kept on one printable line (``escape_text``)."""
+
     code: str
     location: str
     message: str
+
+    def __post_init__(self) -> None:
+        for name in ("location", "message"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isprintable():
+                object.__setattr__(self, name, escape_text(value))
 
     def __str__(self) -> str:
         return f"{self.location}: {self.message}" if self.location else self.message

@@ -63,3 +63,145 @@ def path_suffix(path) -> str:
         return ""
     dot = name.rfind(".")
     return name[dot:] if 0 < dot < len(name) - 1 else ""
+
+
+# -- bounded reads of the user's files --------------------------------------------------------
+#
+# Every file the user names (or that a launch leads to) is read through ``read_input``: it must
+# be a regular file (or ``-``, standard input), opened without blocking (a FIFO never stalls
+# the read), and is read up to a size cap per kind; past the cap the read stops and says so.
+# README.md "Limits" states the caps; MEGATRON_ESTIMATOR_MAX_FILE_MB raises (or lowers) all.
+
+_MIB = 1 << 20
+FILE_CAPS = {                     # kind -> (what it is, in the message; bytes)
+    "hf-config": ("HF config", 16 * _MIB),
+    "vocab": ("vocabulary file", 48 * _MIB),      # the largest tokenizer.json known is about 33 MB
+    "tokenizer": ("tokenizer file", 48 * _MIB),
+    "yaml": ("YAML file", 16 * _MIB),
+    "script": ("shell script", 1 * _MIB),       # the shell reader parses about 0.3 MiB a second
+    "python": ("Python file", 4 * _MIB),
+    "log": ("log", 64 * _MIB),
+    "settings": ("settings file", 1 * _MIB),
+    "metadata": ("package metadata file", 1 * _MIB),
+}
+CAP_VARIABLE = "MEGATRON_ESTIMATOR_MAX_FILE_MB"
+
+
+class InputFileError(OSError):
+    """A file that cannot be read within the limits: an ``OSError`` whose ``strerror`` is the
+    sentence to print (so every ``except OSError`` reader reports it as it reports others)."""
+
+    def __init__(self, message: str, code: str = "unreadable-file"):
+        super().__init__(message)
+        self.strerror = message
+        self.code = code
+
+
+def file_cap(kind: str) -> int:
+    cap = FILE_CAPS[kind][1]
+    given = os.environ.get(CAP_VARIABLE, "")
+    if given.isdigit() and len(given) < 8 and int(given) > 0:
+        cap = int(given) * _MIB
+    return cap
+
+
+def _describe_mode(mode: int) -> str:
+    import stat
+
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def special_file(path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (a FIFO,
+    a device, a socket), as ``read_input_bytes`` words its refusal; None otherwise."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return f"{_describe_mode(mode)}, not a regular file: give a file"
+
+
+def read_input_bytes(path, kind: str, *, head: int | None = None) -> bytes:
+    """The bytes of ``path`` (``-``: standard input), at most the cap of ``kind``; ``head``:
+    only the first ``head`` bytes, and no error for a longer file.  Raises ``InputFileError``
+    (a regular file is required; over the cap) or ``OSError`` (not found, no permission)."""
+    import stat
+
+    cap = file_cap(kind)
+    want = min(head, cap) if head is not None else cap + 1
+    name = os.fspath(path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    if name == "-":
+        import sys
+
+        data = sys.stdin.buffer.read(want)
+    else:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise InputFileError(f"{_describe_mode(mode)}, not a regular file: give a file", "not-a-file")
+            chunks, left = [], want
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 22))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            data = b"".join(chunks)
+        finally:
+            os.close(fd)
+    if head is None and len(data) > cap:
+        what, default = FILE_CAPS[kind]
+        raise InputFileError(
+            f"the {what} is larger than {cap // _MIB} MiB, the limit for it (set {CAP_VARIABLE} "
+            f"to raise it; the default is {default // _MIB})", "file-too-large")
+    return data
+
+
+def read_input_text(path, kind: str, *, errors: str = "strict", head: int | None = None,
+                    bom: bool = False) -> str:
+    """``read_input_bytes`` decoded as UTF-8 with universal newlines, as ``open(path,
+    encoding="utf-8")`` reads (``bom``: a leading byte-order mark dropped)."""
+    data = read_input_bytes(path, kind, head=head)
+    if bom and data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
+    text = data.decode("utf-8", errors=errors)
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+# -- bounds met while parsing -----------------------------------------------------------------
+
+def parse_bound_error(error: BaseException, text: str) -> tuple[int, str] | None:
+    """(1-based line, sentence) when ``error`` from ``json.loads`` / ``tomllib.loads`` is one of
+    the parsers' bounds, not a syntax error: nesting past Python's recursion limit, or an
+    integer past its digit limit (``sys.get_int_max_str_digits``); None otherwise."""
+    if isinstance(error, RecursionError):
+        depth, deepest = 0, 0
+        for index, char in enumerate(text):      # the first place the brackets nest past 100
+            if char in "[{":
+                depth += 1
+                if depth > 100:
+                    deepest = index
+                    break
+            elif char in "]}":
+                depth -= 1
+        return text.count("\n", 0, deepest) + 1, "values nest too deeply to read (arrays or tables inside one another)"
+    message = str(error)
+    if isinstance(error, ValueError) and "integer string conversion" in message:
+        import re
+
+        found = re.search(r"\d{4000,}", text)
+        line = text.count("\n", 0, found.start()) + 1 if found else 1
+        return line, f"an integer has too many digits to read ({message.split(';')[0].split(':')[-1].strip()})"
+    return None

@@ -232,7 +232,8 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
     settings: dict[str, RawSetting] = {}
     script_specs: Mapping[str, FlagSpec] = {o: spec for spec in script_flags for o in spec.option_strings
                                             if o not in table}
-    extra = frozenset(script_specs) | frozenset(accepted)
+    accepted = frozenset(accepted)       # membership only: a set, whatever collection was given
+    extra = frozenset(script_specs) | accepted
     unknown: list[UnknownFlag] = []
     unknown_dests: set[str] = set()
 
@@ -298,7 +299,8 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
             elif spelled in _HELP:
                 problems.add("help-flag", location, "Megatron prints its help and exits instead of training")
             else:
-                suggestions = _best_suggestions(spelled, release, tuple(script_specs))
+                # did-you-mean costs ~10 ms a flag: the first hundred unknown flags get one
+                suggestions = _best_suggestions(spelled, release, tuple(script_specs)) if len(unknown) < 100 else []
                 hint = f"; did you mean {_either(suggestions)}?" if suggestions else ""
                 from megatron_estimator.megatron.flags import history_message
                 history = history_message(spelled, release)

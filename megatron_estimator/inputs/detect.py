@@ -33,7 +33,7 @@ import os
 
 from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.patterns import lazy_re as re     # only for a file its suffix does not name
-from megatron_estimator.core.resources import path_string, path_suffix
+from megatron_estimator.core.resources import parse_bound_error, path_string, path_suffix, read_input_bytes
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
@@ -151,8 +151,7 @@ def seed_shaped(text: str) -> bool:
 
 def _read_head(path: str, size: int) -> str | None:
     try:
-        with open(path, "rb") as f:
-            data = f.read(size)
+        data = read_input_bytes(path, "yaml", head=size)
     except OSError:
         return None
     # data.decode("utf-8-sig", errors="replace"), as that codec does it (a leading BOM dropped,
@@ -168,6 +167,7 @@ def _is_hf_config(path: str) -> bool:
 
     try:
         data = json.loads(text)
-    except ValueError:
-        return False
+    except (ValueError, RecursionError) as error:
+        # past a parser bound (nesting, integer digits): the HF reader says so, where it is
+        return parse_bound_error(error, "") is not None and ('"model_type"' in text or '"architectures"' in text)
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)

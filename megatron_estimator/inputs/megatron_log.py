@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.core.units import GiB, KiB, MiB
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
@@ -48,15 +49,15 @@ HEADER = re.compile(r"-{24} arguments -{24}\s*$")
 END = re.compile(r"-{20} end of arguments -{21}\s*$")
 # '  {name} {dots} {value}': the dots are empty for a name of 48 characters or more.
 ARGUMENT = re.compile(r"  (?P<name>[A-Za-z_]\w*) (?P<dots>\.*) ?(?P<value>.*)\Z")
-_MIB_FIGURE = r"(-?\d+(?:\.\d+)?)"
+_MIB_FIGURE = r"(-?\d{1,15}(?:\.\d{1,15})?)"   # bounded: a longer figure is no report's
 MEMORY = re.compile(
-    r"\[Rank (?P<rank>\d+)\] (?P<name>.*?) ?memory \(MB\)"
+    r"\[Rank (?P<rank>\d{1,9})\] (?P<name>.*?) ?memory \(MB\)"
     rf" \| allocated: {_MIB_FIGURE} \| max allocated: {_MIB_FIGURE}"
     rf" \| reserved: {_MIB_FIGURE} \| max reserved: {_MIB_FIGURE}"
     rf"(?: \| total device memory used: {_MIB_FIGURE})?")
-_SIZE = r"\d+(?:\.\d+)? (?:bytes|KiB|MiB|GiB)"
+_SIZE = r"\d{1,20}(?:\.\d{1,15})? (?:bytes|KiB|MiB|GiB)"
 OOM = re.compile(
-    rf"CUDA out of memory\. Tried to allocate (?P<requested>{_SIZE})\. GPU (?P<device>\d+) has a total "
+    rf"CUDA out of memory\. Tried to allocate (?P<requested>{_SIZE})\. GPU (?P<device>\d{{1,9}}) has a total "
     rf"capacity of (?P<total>{_SIZE}) of which (?P<free>{_SIZE}) is free\. "
     rf"(?:Process \d+ has {_SIZE} memory in use\. )*"
     rf"(?:Including non-PyTorch memory, this process has (?P<process>{_SIZE}) memory in use\. )?"
@@ -64,8 +65,9 @@ OOM = re.compile(
     rf"Of the allocated memory (?P<allocated>{_SIZE}) is allocated by PyTorch, "
     rf"(?:with (?P<private>{_SIZE}) allocated in private pools \(e\.g\., CUDA Graphs\), )?"
     rf"and (?P<unallocated>{_SIZE}) is reserved by PyTorch but unallocated\.")
-TORCHRUN_PREFIX = re.compile(r"\[(?P<role>[A-Za-z_][\w-]*?)(?P<rank>\d+)\]:")
-SRUN_PREFIX = re.compile(r"(?P<rank>\d+): ")
+# ranks of at most 9 digits (a longer number is no rank, and past 4,300 digits int() refuses it)
+TORCHRUN_PREFIX = re.compile(r"\[(?P<role>[A-Za-z_][\w-]*?)(?P<rank>\d{1,9})\]:")
+SRUN_PREFIX = re.compile(r"(?P<rank>\d{1,9}): ")
 _UNITS = {"bytes": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
 # arguments.py validate_args dtype_map: the optimizer/grad dtype flags become torch dtypes.
 _DTYPE_CHOICE = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
@@ -143,7 +145,7 @@ def read_megatron_log(path: str | Path, release: str = "main") -> MegatronLog:
     """The log at ``path`` (``parse_megatron_log``), its arguments read by release ``release``'s flags."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = read_input_text(path, "log", errors="replace")
     except OSError as err:
         return MegatronLog(RawArgs(source=name), (Problem("unreadable-file", name, err.strerror or str(err)),))
     return parse_megatron_log(text, name, release)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.core.resources import path_string
+from megatron_estimator.core.resources import path_string, read_input_text, special_file
 from megatron_estimator.inputs.detect import detect_format
 from megatron_estimator.inputs.rawargs import RawArgs
 
@@ -82,6 +82,9 @@ _UNKNOWN = ("not a seed-format YAML (sections model:, parallelism:, training:, p
 def read_file(path: str | os.PathLike, options: ReadOptions) -> FileInput:
     """Read an existing file (or HF config directory) with the reader of its kind."""
     name = str(path)
+    special = special_file(path_string(path))
+    if special is not None:
+        return FileInput(problems=(Problem("not-a-file", name, special),))
     kind = detect_format(path)
     fmt = READERS.get(kind)
     if fmt is not None:
@@ -171,10 +174,9 @@ def _launch_script_skip_reason(path) -> str | None:
     skipped; anything else is decided by the entry program it runs (``launch.purpose``)."""
     from megatron_estimator.inputs.launch.purpose import MODEL_FLAG, named_programs, skip_reason as purpose
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        # Comments say nothing about what the script runs.
-        code = "\n".join(line.split(" #", 1)[0] for line in handle.read().splitlines()
-                         if not line.lstrip().startswith("#"))
+    # Comments say nothing about what the script runs.
+    code = "\n".join(line.split(" #", 1)[0] for line in read_input_text(path, "script", errors="replace").splitlines()
+                     if not line.lstrip().startswith("#"))
     if re.search(_LAUNCH_WORD, code) is None and not named_programs(code):
         if re.search(MODEL_FLAG, code) is not None:
             return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \

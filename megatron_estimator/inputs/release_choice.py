@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from megatron_estimator.core.resources import read_input_text
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping, Sequence
@@ -80,8 +81,7 @@ def _nemo_tags_of(launch: Sequence[str]) -> list:
         try:
             if os.path.getsize(token) > (1 << 20):
                 continue
-            with open(token, encoding="utf-8") as handle:
-                found += nemo_tags(handle.read(), token)
+            found += nemo_tags(read_input_text(token, "script"), token)
         except (OSError, UnicodeDecodeError):
             continue
     return found

@@ -27,6 +27,7 @@ import ast
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
+from megatron_estimator.core.resources import read_input_text
 
 from megatron_estimator.inputs.argv import SCRIPT_CONDITION
 from megatron_estimator.megatron.flags import BOOLEAN_OPTIONAL, FlagSpec
@@ -39,7 +40,6 @@ _PLAIN_TYPES = ("int", "float", "str", "bool")
 _MAX_DEPTH = 12          # functions followed from a provider, at most
 _BUILTINS = frozenset({"print", "isinstance", "getattr", "hasattr", "setattr", "len", "id", "type", "vars",
                        "repr", "str", "super", "callable"})
-_MAX_FILE_BYTES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,7 @@ class _Module:
 
 def _parse_file(path: str) -> tuple[ast.Module | None, str | None]:
     try:
-        if os.path.getsize(path) > _MAX_FILE_BYTES:
-            return None, f"{path} is larger than {_MAX_FILE_BYTES // 1_000_000} MB"
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_input_text(path, "python")
     except (OSError, UnicodeDecodeError) as exc:
         return None, getattr(exc, "strerror", None) or str(exc)
     try:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.core.resources import path_string
+from megatron_estimator.core.resources import path_string, read_input_text
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -62,8 +62,7 @@ def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
     """Read and parse ``path``; unreadable files are a problem, never an exception."""
     name = str(path)
     try:
-        with open(path_string(path), encoding="utf-8") as f:     # Path(path).read_text(), without pathlib
-            text = f.read()
+        text = read_input_text(path_string(path), "yaml")    # Path(path).read_text(), bounded
     except FileNotFoundError:
         return YamlDocument(name, None, (Problem("file-not-found", name, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
@@ -102,27 +101,113 @@ def import_yaml():
     return yaml
 
 
+# Bounds on a document (README.md "Limits"): nesting depth, and the nodes it holds once its
+# aliases are expanded (a "billion laughs" document is a few lines that expand to 10^9 nodes).
+# Both are counted on PyYAML's event stream, which neither recurses nor expands, before the
+# document is composed; an alias of a collection still open (a self-referencing anchor) is
+# refused there too.
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+# A syntax error is described by PyYAML's pure-Python parser (its messages name the character
+# at fault) when the document is small enough to parse twice; libyaml's message otherwise.
+_PYTHON_MESSAGE_CHARS = 1 << 18
+
+
+def _bounds_problem(events, path: str, yaml) -> Problem | None:
+    """The first bound the event stream passes (depth, expanded nodes, a recursive alias)."""
+    sizes: dict[str, int] = {}      # anchor -> the nodes it expands to
+    stack: list[list] = []          # open collections: [anchor, nodes so far]
+    open_anchors: set[str] = set()
+    total = 0
+    start = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    end = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    for event in events:
+        if isinstance(event, start):
+            if len(stack) >= MAX_DEPTH:
+                return Problem("yaml-too-deep", key_location(path, event.start_mark.line + 1),
+                               f"collections nest deeper than {MAX_DEPTH} levels, the limit for a YAML file")
+            stack.append([event.anchor, 1])
+            if event.anchor is not None:
+                open_anchors.add(event.anchor)
+            continue
+        if isinstance(event, end):
+            anchor, nodes = stack.pop()
+            if anchor is not None:
+                sizes[anchor] = nodes
+                open_anchors.discard(anchor)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes = 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor in open_anchors:
+                return Problem("yaml-recursive-alias", key_location(path, event.start_mark.line + 1),
+                               f"the alias *{event.anchor} refers to a collection that contains it "
+                               "(a recursive YAML document cannot be read)")
+            nodes = sizes.get(event.anchor, 1)
+        else:
+            continue
+        if stack:
+            stack[-1][1] += nodes
+        else:
+            total += nodes
+        if total + sum(frame[1] for frame in stack[:1]) > MAX_NODES:
+            return Problem("yaml-too-large", key_location(path, event.start_mark.line + 1),
+                           f"the document holds more than {MAX_NODES:,} values once its aliases are "
+                           "expanded, the limit for a YAML file")
+    return None
+
+
 def parse_yaml_with_lines(text: str, path: str) -> YamlDocument:
     yaml = import_yaml()
-
+    loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader     # libyaml where installed
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        try:
+            bound = _bounds_problem(yaml.parse(text, Loader=loader), path, yaml)
+        except UnicodeEncodeError:       # a lone surrogate: libyaml takes UTF-8 only
+            loader = yaml.SafeLoader
+            bound = _bounds_problem(yaml.parse(text, Loader=loader), path, yaml)
+        if bound is not None:
+            return YamlDocument(path, None, (bound,))
+        node = yaml.compose(text, Loader=loader)
     except yaml.YAMLError as exc:
-        return YamlDocument(path, None, (_syntax_problem(exc, path),))
+        mark = getattr(exc, "problem_mark", None)
+        if "maximum nesting depth" in str(getattr(exc, "problem", "")) and mark is not None:
+            # libyaml's own bound (1000 levels), met while it scans ahead of the events
+            return YamlDocument(path, None, (Problem(
+                "yaml-too-deep", key_location(path, mark.line + 1),
+                f"collections nest deeper than {MAX_DEPTH} levels, the limit for a YAML file"),))
+        if loader is not yaml.SafeLoader and len(text) <= _PYTHON_MESSAGE_CHARS:
+            try:
+                for _event in yaml.parse(text, Loader=yaml.SafeLoader):
+                    pass
+            except yaml.YAMLError as described:
+                exc = described
+        return YamlDocument(path, None, (_syntax_problem(exc, path, text),))
     if node is None:
         return YamlDocument(path, None, ())
     builder = _Builder(path)
     try:
         root = builder.build(node, node.start_mark.line + 1, "")
     except (yaml.YAMLError, ValueError, TypeError) as exc:
-        return YamlDocument(path, None, (_syntax_problem(exc, path),))
+        return YamlDocument(path, None, (_syntax_problem(exc, path, text),))
     return YamlDocument(path, root, tuple(builder.problems))
 
 
-def _syntax_problem(exc: Exception, path: str) -> Problem:
+def _syntax_problem(exc: Exception, path: str, text: str = "") -> Problem:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     parts = [p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p]
     description = "; ".join(parts) if parts else str(exc)
+    position = getattr(exc, "position", None)          # yaml.reader.ReaderError: an offset
+    if mark is None and isinstance(position, int) and not isinstance(position, bool):
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        character = getattr(exc, "character", None)
+        what = (f"#x{ord(character):04x}" if isinstance(character, str)
+                else f"#x{character:02x}" if isinstance(character, int) else "")
+        return Problem("yaml-syntax", key_location(path, line),
+                       f"YAML syntax error: unacceptable character {what}: {getattr(exc, 'reason', '')} "
+                       f"(column {column})".replace("  ", " "))
     if mark is None:
         return Problem("yaml-syntax", path, f"YAML syntax error: {description}")
     return Problem("yaml-syntax", key_location(path, mark.line + 1),
@@ -143,9 +228,13 @@ class _Builder:
             entries = self._mapping_entries(node, key_path)
             value = {key: child.value for key, child in entries.items()}
             return YamlNode(value, line, value_line, entries)
-        value = self._constructor.construct_object(node, deep=True)
+        try:
+            value = self._constructor.construct_object(node, deep=True)
+        except ValueError as exc:      # an integer past Python's digit limit, a bad timestamp
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value: {str(exc).split(';')[0]}", node.start_mark) from None
         if isinstance(node, yaml.ScalarNode):
-            return YamlNode(value, line, value_line, None, node.style is None, node.value)
+            return YamlNode(value, line, value_line, None, not node.style, node.value)   # libyaml: ""
         return YamlNode(value, line, value_line)
 
     def _mapping_entries(self, node, key_path: str) -> dict[str, YamlNode]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from megatron_estimator.core.patterns import LazyPattern
-from megatron_estimator.core.resources import read_data_text
+from megatron_estimator.core.resources import read_data_text, read_input_text
 
 RELEASES_FILE = "megatron_releases.tsv"
 NEWEST = "main"
@@ -154,9 +154,8 @@ def read_package_info(path: str) -> str | None:
     """The version ``megatron/core/package_info.py`` states (``0.16.1``, ``0.18.0rc0``), read as
     text; None when the file is absent or says no version."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError:
+        text = read_input_text(path, "python")
+    except (OSError, UnicodeDecodeError):
         return None
     values = {m.group(1): m.group(3).strip() for m in _PACKAGE_INFO.finditer(text)}
     if not {"MAJOR", "MINOR", "PATCH"} <= set(values):

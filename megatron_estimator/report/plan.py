@@ -17,7 +17,7 @@ import json
 import shlex
 from typing import Sequence
 
-from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.problems import Problem, escape_text
 from megatron_estimator.core.units import gib
 from megatron_estimator.results.plan import PROXY_FORMULA, Candidate, Plan
 
@@ -56,7 +56,7 @@ def _command(tokens: Sequence[str]) -> str:
 
 def _summary(plan: Plan) -> list[str]:
     lines = [
-        f"plan for {plan.source}: {plan.world_size} GPUs, global batch {plan.global_batch_size}, "
+        f"plan for {escape_text(plan.source)}: {plan.world_size} GPUs, global batch {plan.global_batch_size}, "
         f"budget {gib(plan.budget_bytes)} GiB per GPU ({plan.budget_source})",
         f"searched {plan.searched:,} layouts in {plan.seconds:.2f} s: {plan.valid:,} pass Megatron's checks, "
         f"{plan.fitting:,} fit",
@@ -146,8 +146,8 @@ def render_invalid(problems: Sequence[Problem], fmt: str, source: str = "plan", 
         return json.dumps({"status": "invalid", "source": source, "candidates": [], "searched": searched, "valid": 0,
                            "fitting": 0, "problems": [p.to_json() for p in problems]}, indent=2) + "\n"
     if fmt == "markdown":
-        lines = [f"### {source}: invalid", ""] + [f"- `{p.location}`: {p.message} (`{p.code}`)" for p in problems]
+        lines = [f"### {escape_text(source)}: invalid", ""] + [f"- `{p.location}`: {p.message} (`{p.code}`)" for p in problems]
         return "\n".join(lines) + "\n"
-    lines = [f"{source}: invalid input, {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
+    lines = [f"{escape_text(source)}: invalid input, {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
     lines += [f"  error: {p.location}: {p.message} [{p.code}]" for p in problems]
     return "\n".join(lines) + "\n"

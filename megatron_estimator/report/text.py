@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from typing import Sequence
 
 from megatron_estimator.core import units
+from megatron_estimator.core.problems import escape_text
 from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict
 
 
@@ -151,7 +152,7 @@ def _megatron_json(verdict: Verdict) -> dict:
 
 
 def _text_block(verdict: Verdict, verbose: bool = False) -> str:
-    lines = [f"{verdict.source}:"]
+    lines = [f"{escape_text(verdict.source)}:"]
     if verdict.estimate is None:
         if verdict.family is not None and verdict.family.name != "gpt":
             lines.append(_family_line(verdict.family))
@@ -160,7 +161,7 @@ def _text_block(verdict: Verdict, verbose: bool = False) -> str:
             lines.append(f"  error: {problem.location}: {problem.message} [{problem.code}]")
         if verdict.notes:
             lines.append("  notices (what the check assumed about the rest):")
-            lines += [f"  - {note}" for note in verdict.notes]
+            lines += [f"  - {escape_text(str(note))}" for note in verdict.notes]
         return "\n".join(lines)
     e = verdict.estimate
     lines.append(f"  world size {e.world_size} ({e.world_size_source}); {_parallel_line(e)}")
@@ -287,7 +288,7 @@ def render_json(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
 def render_markdown(verdicts: Sequence[Verdict], verbose: bool = False) -> str:
     out = []
     for v in verdicts:
-        out.append(f"### {v.source}: {v.status.replace('_', ' ')}")
+        out.append(f"### {escape_text(v.source)}: {v.status.replace('_', ' ')}")
         out.append("")
         if v.family is not None and (v.estimate is not None or v.family.name != "gpt"):
             out.append(f"Model family: {v.family.name} ({v.family.source}).")

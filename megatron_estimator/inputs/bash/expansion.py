@@ -43,6 +43,10 @@ class Expansion:
             exported = export or exported
         if self.state.allexport:
             exported = True
+        if isinstance(value, (tuple, ArrayValue)):
+            over = self.state.budget.size(value if isinstance(value, tuple) else value.values(), f"the value of {name}")
+            if over is not None:
+                raise ShellSyntaxError(origin or self.current_line or Origin(self.reader.display, 0), over, UNSUPPORTED)
         self.state.vars[name] = Var(value, exported, old.integer if (old and integer is None) else bool(integer),
                                     origin)
 

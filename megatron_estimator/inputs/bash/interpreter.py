@@ -213,6 +213,9 @@ class Interpreter(Expansion, Conditions):
         return status
 
     def run_command(self, node):
+        over = self.state.budget.step()
+        if over is not None:
+            raise ShellSyntaxError(getattr(node, "origin", Origin(self.reader.display, 0)), over, UNSUPPORTED)
         self.depth += 1
         if self.depth > MAX_DEPTH * 4:
             self.depth -= 1
@@ -440,6 +443,9 @@ class Interpreter(Expansion, Conditions):
         if name in ("declare", "typeset", "local", "export", "readonly") and len(head_fields) == 1:
             return self.declaration(name, rest_words, node)
         fields = head_fields + self.expand_fields([w for w in rest_words if isinstance(w, Word)])
+        over = self.state.budget.size(fields, "this command")
+        if over is not None:
+            raise ShellSyntaxError(node.origin, over, UNSUPPORTED)
         if not fields:
             for assign in node.assigns:
                 self.assign(assign, node.origin)

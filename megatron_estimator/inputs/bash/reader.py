@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.bash.commands import CommandVisitor
 from megatron_estimator.inputs.bash.interpreter import Interpreter
 from megatron_estimator.inputs.bash.parser import parse, source_origins
@@ -155,8 +156,7 @@ class ShellReader:
         if self.source_depth >= 16:
             raise ShellSyntaxError(node.origin, "sourced files nest too deeply to follow", UNSUPPORTED)
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            text = read_input_text(path, "script", errors="replace")
         except OSError as exc:
             self.missing_sources.append(f"`{name}` (sourced at {node.origin}: {exc.strerror})")
             return 1

@@ -3,7 +3,7 @@ exceptions that carry ``exit``, ``return``, ``break``/``continue`` and impure ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class ScriptExit(Exception):
@@ -29,6 +29,41 @@ class ImpureCommand(Exception):
         self.command = command
 
 
+class ShellBudget:
+    """The reader's bounds on the work one script may ask for (README.md, "Limits"), shared by
+    every fork of the state: commands run (loops, function calls and branches all count), and
+    the size of one command's words or one variable's value.  Past a bound the script is one
+    located ``unsupported-shell-construct`` problem, as when it nests calls too deeply."""
+
+    MAX_STEPS = 200_000
+    MAX_FIELDS = 100_000       # words of one command, elements of one value
+    MAX_CHARS = 1 << 24        # characters of one command's words, of one value
+    MAX_WORK = 20_000_000      # words and pieces of values expanded over the whole script
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.work = 0
+
+    def step(self) -> str | None:
+        """Count one command; the sentence to refuse it with past the bound."""
+        self.steps += 1
+        if self.steps > self.MAX_STEPS:
+            return f"the script runs more than {self.MAX_STEPS:,} commands, the limit of what this tool follows"
+        return None
+
+    def size(self, parts, what: str) -> str | None:
+        """``parts``: the fields or segments of ``what`` (their ``text``); the sentence past the bound."""
+        self.work += len(parts)
+        if self.work > self.MAX_WORK:
+            return (f"the script expands more than {self.MAX_WORK:,} words and pieces of values in all (a value "
+                    "that grows line by line), the limit of what this tool follows")
+        if (len(parts) > self.MAX_FIELDS
+                or sum(len(getattr(part, "text", "") or "") for part in parts) > self.MAX_CHARS):
+            return (f"{what} is larger than this tool follows ({self.MAX_FIELDS:,} words or "
+                    f"{self.MAX_CHARS >> 20} MiB of text)")
+        return None
+
+
 @dataclass
 class ShellState:
     vars: dict
@@ -38,9 +73,10 @@ class ShellState:
     allexport: bool = False
     status: int | None = 0
     nounset: object = None         # the Origin of the `set -u` in effect, or None
+    budget: ShellBudget = field(default_factory=ShellBudget)     # shared by every fork
 
     def fork(self) -> "ShellState":
         return ShellState(dict(self.vars), list(self.positional) if isinstance(self.positional, list) else self.positional,
-                          dict(self.functions), self.cwd, self.allexport, self.status, self.nounset)
+                          dict(self.functions), self.cwd, self.allexport, self.status, self.nounset, self.budget)
 
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.megatron.releases import NEWEST
+from megatron_estimator.core.resources import parse_bound_error
 from megatron_estimator.inputs.hf.decoder import FAMILIES, map_decoder
 from megatron_estimator.inputs.hf.deepseek import map_deepseek
 from megatron_estimator.inputs.hf.glm import map_glm4_moe
@@ -86,6 +87,11 @@ def parse_hf_config(text: str, source: str, release: str = NEWEST) -> HfImport:
                 f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})",
             ),
         )
+    except (RecursionError, ValueError) as error:      # a parser bound: nesting, integer digits
+        bound = parse_bound_error(error, text)
+        if bound is None:
+            raise
+        return failed_import(source, Problem("hf-malformed-json", f"{source}:{bound[0]}", f"cannot read: {bound[1]}"))
     if not isinstance(config, dict):
         return failed_import(
             source,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.resources import read_input_text
 
 INLINE = "<inline>"
 
@@ -75,9 +76,7 @@ def _read_local(given: str) -> tuple[str | None, str, Problem | None]:
             message = f"no such file: {given} (give a config.json or the directory holding it)"
         return None, file, Problem("hf-config-not-found", given, message)
     try:
-        with open(file, "rb") as handle:
-            data = handle.read()
-        return data.decode("utf-8-sig"), file, None
+        return read_input_text(file, "hf-config", bom=True), file, None
     except UnicodeDecodeError as error:
         return None, file, Problem("hf-config-unreadable", file, f"not UTF-8 text: {error}")
     except OSError as error:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from megatron_estimator.core.patterns import lazy_re as re
+from megatron_estimator.core.resources import read_input_text
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from typing import Mapping
@@ -97,8 +98,7 @@ def classify(program: str, is_module: bool = False, found: str | None = None) ->
             return "none", what
     if found is not None:
         try:
-            with open(found, encoding="utf-8", errors="replace") as handle:
-                source = handle.read()
+            source = read_input_text(found, "python", errors="replace")
         except OSError:
             return "unknown", "a script that could not be read"
         if re.search(_INFERENCE_IMPORT, source, re.MULTILINE) and not re.search(_PRETRAIN_CALL, source):

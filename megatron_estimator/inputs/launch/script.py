@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
+from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
 from megatron_estimator.inputs.bash.reader import ShellReader, start_directory
 from megatron_estimator.inputs.bash.values import Cause, Field, Origin, causes_of, is_known, text_of
@@ -510,8 +511,7 @@ def load_launch_script(
     display = os.fspath(path)
     environ = dict(os.environ if environ is None else environ)
     try:
-        with open(display, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+        text = read_input_text(display, "script", errors="replace")
     except OSError as exc:
         return None, (Problem("unreadable-file", display, f"cannot read the launch script: {exc.strerror or exc}"),)
     cwd = start_directory(environ.get("PWD"), os.getcwd())

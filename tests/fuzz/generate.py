@@ -1,0 +1,144 @@
+"""Hostile inputs for every surface (issue 30), generated (deterministic: no stored blobs).
+
+    python tests/fuzz/generate.py            # the seeds tests/test_fuzz.py runs, as JSON
+    python tests/fuzz/generate.py --count N  # N random flag mutations more, as JSON
+
+Each case is ``{"name", "argv", "files": {NAME: TEXT}}``: the command line (file names in it
+are relative to a fresh folder holding ``files``).  tests/test_fuzz.py runs every seed in a
+subprocess under a 1 GiB address-space limit and checks the exit code (0, 1 or 2), that no
+``internal error`` is printed and that every error line is located and on one line.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EST = ["--model", "llama3-8b", "--gpu", "h100"]
+
+NASTY_VALUES = ["1e20", "-1", "0", "9" * 5000, "1" * 40, "nan", "inf", "", "a\nb", "\x1b[31mred", "\u2028",
+                "0x10", "1_000", "--", "=", "${X}", "$(rm -rf /)", "\udcff" [0:0] + "\u00e9", "[", "{", "*"]
+FLAGS = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--global-batch-size", "--micro-batch-size",
+         "--seq-length", "--num-layers", "--hidden-size", "--context-parallel-size", "--expert-model-parallel-size",
+         "--num-layers-per-virtual-pipeline-stage", "--vocab-size", "--ffn-hidden-size"]
+
+
+def _yaml_cases() -> list[dict]:
+    laughs = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(9))
+    texts = {
+        "deep-flow": "language_model:\n  x: " + "[" * 3000 + "]" * 3000 + "\n",
+        "deep-block": "language_model:\n" + "".join(" " * (2 * i + 2) + f"k{i}:\n" for i in range(200)),
+        "self-alias": "language_model: &x\n  num_layers: *x\n",
+        "self-alias-seq": "model: &x [1, *x]\nparallelism: {tp: 1}\n",
+        "laughs": "language_model:\n  hidden_size: 8\n" + laughs,
+        "big-int": "language_model:\n  num_layers: " + "9" * 5000 + "\n",
+        "control-char": "language_model:\n  num_layers: 2\x07\n",
+        "newline-key": "language_model:\n  \"num\\nlayers\": 2\n",
+        "escape-value": "language_model:\n  normalization: \"\\e[31mRMSNorm\"\n",
+        "tabs": "model:\n\thidden_size: 1\n",
+        "merge-bad": "language_model:\n  <<: 3\n",
+        "flat-large": "language_model:\n  x: [" + ",".join(["1"] * 250_000) + "]\n",
+    }
+    cases = []
+    for name, text in texts.items():
+        cases.append({"name": f"yaml-check-{name}", "argv": ["check", "c.yaml"], "files": {"c.yaml": text}})
+        cases.append({"name": f"yaml-cfg-{name}", "argv": ["estimate", *EST, "--", "--seq-length", "128",
+                                                           "--yaml-cfg", "c.yaml"], "files": {"c.yaml": text}})
+    return cases
+
+
+def _hf_cases() -> list[dict]:
+    texts = {
+        "big-int": '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}",
+        "deep": '{"model_type": "llama", "x": ' + "[" * 5000 + "]" * 5000 + "}",
+        "bad-type": '{"model_type": "llama", "hidden_size": "\\u001b[31m"}',
+        "not-object": "[1, 2]",
+        "huge-float": '{"model_type": "llama", "hidden_size": 1e400, "num_hidden_layers": 1e308}',
+        "negative": '{"model_type": "llama", "hidden_size": -4096, "num_attention_heads": 0}',
+    }
+    cases = []
+    for name, text in texts.items():
+        cases.append({"name": f"hf-{name}", "argv": ["estimate", "--gpu", "h100", "--hf-config", "config.json"],
+                      "files": {"config.json": text}})
+        cases.append({"name": f"hf-check-{name}", "argv": ["check", "config.json"], "files": {"config.json": text}})
+    return cases
+
+
+def _shell_cases() -> list[dict]:
+    tail = "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 $ARGS\n"
+    texts = {
+        "fork-bomb-args": 'g(){ g "$@" "$@"; }\ng a\n',
+        "call-tree": "".join(f"f{i}(){{ f{i + 1}; f{i + 1}; }}\n" for i in range(22)) + "f22(){ :; }\nf0\n",
+        "value-doubling": "X=ab\nfor ((i=0;i<100;i++)); do X=\"$X$X\"; done\n",
+        "array-doubling": "a=(x)\nfor ((i=0;i<100;i++)); do a=(\"${a[@]}\" \"${a[@]}\"); done\n",
+        "endless-loop": "while true; do :; done\n",
+        "growing-args": "".join(f'ARGS="$ARGS --opt{i} {i}"\n' for i in range(3000)),
+        "huge-nproc": "torchrun --nproc-per-node " + "9" * 40 + " pretrain_gpt.py\n",
+        "deep-subshell": "(" * 500 + "true" + ")" * 500 + "\n",
+        "deep-cmdsub": "X=" + "$(" * 200 + "echo 1" + ")" * 200 + "\n",
+        "escape-name": "torchrun --nproc-per-node 8 $'pre\\x1b[31mtrain.py'\n",
+    }
+    return [{"name": f"shell-{name}", "argv": ["check", "train.sh"], "files": {"train.sh": "#!/bin/bash\n" + text + tail}}
+            for name, text in texts.items()]
+
+
+def _log_cases() -> list[dict]:
+    rank = "[Rank " + "9" * 5000 + "] (after 10 iterations) memory (MB) | allocated: 1 | max allocated: 2 | " \
+           "reserved: 3 | max reserved: 4\n"
+    texts = {"huge-rank": rank, "huge-prefix": "[default" + "9" * 5000 + "]:x\n" + rank,
+             "huge-figure": "[Rank 0] memory (MB) | allocated: " + "9" * 400 + " | max allocated: 2 | reserved: 3 | "
+                            "max reserved: 4\n",
+             "binary": "\x00\xff\x1b" * 1000}
+    return [{"name": f"log-{name}", "argv": ["compare", "train.log"], "files": {"train.log": text}}
+            for name, text in texts.items()]
+
+
+def _planner_cases() -> list[dict]:
+    base = ["plan", "--model", "llama3-8b", "--gpu", "h100"]
+    return [
+        {"name": "plan-gbs-1e20-after", "argv": base + ["--world-size", "8", "--", "--seq-length", "128",
+                                                        "--global-batch-size", "1e20"], "files": {}},
+        {"name": "plan-world-1e30", "argv": base + ["--world-size", "1" + "0" * 30, "--global-batch-size", "64"],
+         "files": {}},
+        {"name": "plan-world-prime", "argv": base + ["--world-size", "16777213", "--global-batch-size", "64", "--",
+                                                     "--seq-length", "128"], "files": {}},
+        {"name": "plan-top-huge", "argv": base + ["--world-size", "8", "--global-batch-size", "64", "--top", "1000000"],
+         "files": {}},
+        {"name": "plan-tp-40-digits", "argv": base + ["--world-size", "8", "--global-batch-size", "64", "--",
+                                                      "--tensor-model-parallel-size", "9" * 40], "files": {}},
+        {"name": "estimate-world-huge", "argv": ["estimate", *EST, "--world-size", "9" * 40], "files": {}},
+    ]
+
+
+def _settings_cases() -> list[dict]:
+    texts = {"deep": "budget = " + "[" * 3000 + "]" * 3000 + "\n", "big-int": "budget = " + "9" * 5000 + "\n",
+             "accept-many": "accept-flags = \"" + " ".join(f"--f{i}" for i in range(40_000)) + "\"\n",
+             "escape": "gpu = \"h100\\u001b[31m\"\n"}
+    return [{"name": f"settings-{name}", "argv": ["estimate", *EST, "--", "--seq-length", "128"],
+             "files": {"megatron-estimator.toml": text}} for name, text in texts.items()]
+
+
+def seeds() -> list[dict]:
+    return _yaml_cases() + _hf_cases() + _shell_cases() + _log_cases() + _planner_cases() + _settings_cases()
+
+
+def mutations(count: int, rng: random.Random) -> list[dict]:
+    """Random Megatron command lines: flags with hostile values, in any order."""
+    cases = []
+    for n in range(count):
+        argv = ["estimate", *EST, "--"]
+        for _ in range(rng.randint(1, 6)):
+            argv += [rng.choice(FLAGS), rng.choice(NASTY_VALUES + [str(rng.randint(-3, 1 << 40))])]
+        cases.append({"name": f"flags-{n}", "argv": argv, "files": {}})
+    return cases
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--count":
+        json.dump(mutations(int(sys.argv[2]), random.Random(30)), sys.stdout)
+    else:
+        json.dump(seeds(), sys.stdout)
