@@ -33,7 +33,7 @@ import os
 
 from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.patterns import lazy_re as re     # only for a file its suffix does not name
-from megatron_estimator.core.resources import path_string, path_suffix
+from megatron_estimator.core.resources import load_schema, path_string, path_suffix
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
@@ -130,9 +130,7 @@ def _section_keys(text: str) -> list[tuple[str, list[str]]]:
 
 def seed_shaped(text: str) -> bool:
     """Whether YAML ``text`` has the seed format's shape (see the module's docstring)."""
-    from megatron_estimator.inputs.seed_schema_data import SEED_SCHEMA
-
-    places = SEED_SCHEMA["properties"]
+    places = load_schema("seed-config.schema.json")["properties"]
     sections = _section_keys(text)
     if not any(name in _SEED_KEYS for name, _ in sections):
         return False
