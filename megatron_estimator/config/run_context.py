@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 # Megatron's tracker file in a checkpoint directory (megatron/training/checkpointing.py
 # get_checkpoint_tracker_filename): a run whose --load directory has it resumes from it.

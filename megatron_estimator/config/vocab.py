@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 # Tokenizer types whose vocabulary size is fixed by the tokenizer itself
 # (files Megatron's recipes download; sizes as the tokenizers report len(tokenizer)).

@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 _KINDS = ("dist-info", "egg-info")
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,

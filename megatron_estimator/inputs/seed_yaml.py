@@ -71,9 +71,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import load_schema, schema_validator

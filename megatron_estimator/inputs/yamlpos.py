@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import path_string

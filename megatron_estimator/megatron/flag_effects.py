@@ -41,9 +41,7 @@ string in the estimate's own source.
 from __future__ import annotations
 
 from types import MappingProxyType
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from megatron_estimator.core.resources import read_data_text
 

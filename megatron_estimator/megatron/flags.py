@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache, lru_cache
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from megatron_estimator.core.patterns import LazyPattern
+import re
 from megatron_estimator.core.resources import read_data_text
 
 TABLE_FILE = "megatron_flags.tsv"
@@ -384,7 +382,7 @@ class FlagChoiceError(ValueError):
 
 
 # arguments.py _eval_pattern: a pattern may hold only digits, commas, brackets, parentheses, + and *.
-_PATTERN_CHARS = LazyPattern(r"[^,\d\[\]\(\)\+\*]")
+_PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*]")
 _MAX_PATTERN_LENGTH = 1_000_000
 _PATTERN_HELP = ("an integer or a layer pattern such as ([1]*3+[0]*1)*3 "
                  "(digits, commas, brackets, parentheses, + and * only, no spaces)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from megatron_estimator.core.patterns import LazyPattern
+import re
 from megatron_estimator.core.resources import read_data_text
 
 RELEASES_FILE = "megatron_releases.tsv"
@@ -77,7 +77,7 @@ def release(label: str) -> Release:
     return releases()[order_of(label)]
 
 
-_VERSION = LazyPattern(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
 
 
 def _version_groups(text: str) -> tuple | None:
@@ -171,7 +171,7 @@ def release_of(text: str, source: str, detected: bool = False) -> ChosenRelease:
 
 # -- detection without importing Megatron -----------------------------------------------------
 
-_PACKAGE_INFO = LazyPattern(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", "MULTILINE")
+_PACKAGE_INFO = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", re.MULTILINE)
 
 
 def read_package_info(path: str) -> str | None:
@@ -209,7 +209,7 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
 # -- NGC NeMo containers ----------------------------------------------------------------------
 
 NEMO_CONTAINERS_FILE = "nemo_containers.tsv"
-_NEMO_TAG = LazyPattern(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
+_NEMO_TAG = re.compile(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
 
 
 @cache

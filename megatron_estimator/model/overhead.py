@@ -17,9 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 from megatron_estimator.core.units import MiB
 

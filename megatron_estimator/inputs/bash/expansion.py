@@ -10,11 +10,9 @@ expansion is not done: a word with ``*`` stays as written, as bash leaves it whe
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.parser import parse

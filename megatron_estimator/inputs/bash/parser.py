@@ -7,10 +7,8 @@ assignments, read by recursive descent over the ``Lexer``'s words.
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+import re
+from typing import Sequence
 
 from megatron_estimator.inputs.bash.lexer import METACHARS, Lexer
 from megatron_estimator.inputs.bash.syntax import (
@@ -565,7 +563,6 @@ class Parser(Lexer):
         else:
             value = self.parse_word(assignment=True)
         return Assign(name, origin, append, index, value, None, self.s[start:self.i])
-
 
 
 def parse(text: str, origins: Sequence[Origin]) -> ListNode:

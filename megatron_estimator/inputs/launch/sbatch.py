@@ -5,7 +5,8 @@ sbatch reads ``#SBATCH`` lines only before the first command of the file (sbatch
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re, split_posix_comments
+import re
+import shlex
 from dataclasses import dataclass
 
 from megatron_estimator.core.problems import Problem
@@ -71,7 +72,6 @@ class SbatchHeaders:
         return env
 
 
-
 _SBATCH_VALUE_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
                          "--ntasks-per-node": "ntasks-per-node", "--gpus-per-node": "gpus-per-node",
                          "--gres": "gres", "-G": "gpus", "--gpus": "gpus"}
@@ -120,7 +120,7 @@ def read_sbatch(text: str, display: str, line_locations=None,
             continue
         if line.startswith("#SBATCH"):
             try:
-                tokens = split_posix_comments(line[len("#SBATCH"):])
+                tokens = shlex.split(line[len("#SBATCH"):], comments=True)
             except ValueError:
                 problems.append(Problem("invalid-launcher-option", where_line,
                                         "this #SBATCH line has an unclosed quote"))
@@ -169,7 +169,6 @@ def read_sbatch(text: str, display: str, line_locations=None,
         given=tuple(given.items()),
     )
     return headers, problems
-
 
 
 def _before_first(text: str, separators: str) -> str:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping, Sequence
+from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
@@ -76,7 +74,6 @@ class ScriptEnvVar:
     unresolved: str | None = None
 
 
-
 @dataclass(frozen=True)
 class ScriptLaunch:
     """The training launch a script runs, resolved statically."""
@@ -117,7 +114,6 @@ class ScriptLaunch:
         return self.command.script
 
 
-
 @dataclass
 class _Candidate:
     command: LaunchCommand
@@ -156,7 +152,6 @@ class _UnderLauncher(CommandVisitor):
 class _Note:
     origin: Origin
     message: str
-
 
 
 def _is_entry_name(name: str) -> bool:
