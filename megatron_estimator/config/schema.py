@@ -18,12 +18,28 @@ REQUIRED_MESSAGES = {
 }
 
 
-def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:
+_SCALARS = (str, int, float, bool)
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    # The same type too: True == 1 and 1 == 1.0, but JSON Schema tells them apart.
+    return type(value) is type(default) and type(value) in _SCALARS and value == default
+
+
+def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None,
+                        defaults: Mapping[str, Any] | None = None) -> list[Problem]:
     """Problems with the types, ranges and choices of the settings in ``namespace``; the dests
-    whose values are unusable go into ``bad_dests`` when given."""
+    whose values are unusable go into ``bad_dests`` when given.  With ``defaults`` (the flag
+    table's) a scalar equal to its default is not checked: every release's defaults pass the
+    schema (tests/test_validation.py), and the schema's properties are independent (no keyword
+    relates two), so the answer is the same with fewer values to check."""
     schema = load_schema("config.schema.json")
     properties = schema["properties"]
-    document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
+    if defaults is None:
+        document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
+    else:
+        document = {k: value for k in properties
+                    if (value := namespace.get(k)) is not None and not _is_default(value, defaults.get(k))}
     problems: list[Problem] = []
     for error in sorted(schema_validator("config.schema.json").iter_errors(document), key=lambda e: list(e.path)):
         if error.validator == "required":
