@@ -76,12 +76,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     environ = os.environ if environ is None else environ
     problems = ProblemCollector()
     table = flag_table()
-    defaults = table.defaults()
-    namespace = dict(defaults)          # Megatron's namespace before parsing
+    namespace = table.defaults()        # a fresh dict: Megatron's namespace before parsing
     namespace.update({dest: setting.value for dest, setting in raw.settings.items()})
     normalize_namespace(namespace)      # --num-layers and MTP depths from a hybrid layer pattern
     unusable: set[str] = set()
-    problems.extend(check_config_schema(namespace, raw, unusable, defaults))
+    problems.extend(check_config_schema(namespace, raw, unusable))
     if family is not None and family.name == "hybrid" and unified_pattern(namespace) is None:
         # megatron/core/models/hybrid/hybrid_model.py: without a pattern (main removed the
         # ratio flags) HybridModel builds no decoder layers at all.

@@ -6,7 +6,10 @@ turns each error into a ``Problem`` located where the user set the value.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Mapping
+
+import jsonschema
 
 from megatron_estimator.core.hints import PYTHON, describe_value
 from megatron_estimator.core.problems import Problem
@@ -18,30 +21,40 @@ REQUIRED_MESSAGES = {
 }
 
 
-_SCALARS = (str, int, float, bool)
+@lru_cache(maxsize=None)
+def _property_validators() -> dict[str, Any]:
+    """A jsonschema validator for each property of config.schema.json (its top level relates
+    no two settings: only ``properties`` and ``required``)."""
+    schema = load_schema("config.schema.json")
+    cls = jsonschema.validators.validator_for(schema)
+    return {dest: cls(sub) for dest, sub in schema["properties"].items()}
 
 
-def _is_default(value: Any, default: Any) -> bool:
-    # The same type too: True == 1 and 1 == 1.0, but JSON Schema tells them apart.
-    return type(value) is type(default) and type(value) in _SCALARS and value == default
+@lru_cache(maxsize=1 << 14)
+def _setting_valid(dest: str, kind: type, value: Any) -> bool:
+    """jsonschema's answer for one setting, kept: most of an estimate's settings are Megatron's
+    defaults, the same on every estimate.  ``kind`` keys the type (True == 1 and 1 == 1.0
+    hash alike; JSON Schema tells them apart); a list comes as a tuple."""
+    return _property_validators()[dest].is_valid(list(value) if kind is list else value)
 
 
-def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None,
-                        defaults: Mapping[str, Any] | None = None) -> list[Problem]:
+def _all_settings_valid(document: Mapping[str, Any]) -> bool:
+    try:
+        return all(_setting_valid(dest, type(value), tuple(value) if type(value) is list else value)
+                   for dest, value in document.items())
+    except TypeError:               # an unhashable value: let jsonschema report on the document
+        return False
+
+
+def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: set | None = None) -> list[Problem]:
     """Problems with the types, ranges and choices of the settings in ``namespace``; the dests
-    whose values are unusable go into ``bad_dests`` when given.  With ``defaults`` (the flag
-    table's) a scalar equal to its default is not checked: every release's defaults pass the
-    schema (tests/test_validation.py), and the schema's properties are independent (no keyword
-    relates two), so the answer is the same with fewer values to check."""
+    whose values are unusable go into ``bad_dests`` when given."""
     schema = load_schema("config.schema.json")
     properties = schema["properties"]
-    if defaults is None:
-        document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
-    else:
-        document = {k: value for k in properties
-                    if (value := namespace.get(k)) is not None and not _is_default(value, defaults.get(k))}
+    document = {k: namespace[k] for k in properties if namespace.get(k) is not None}
     problems: list[Problem] = []
-    for error in sorted(schema_validator("config.schema.json").iter_errors(document), key=lambda e: list(e.path)):
+    errors = [] if _all_settings_valid(document) else schema_validator("config.schema.json").iter_errors(document)
+    for error in sorted(errors, key=lambda e: list(e.path)):
         if error.validator == "required":
             continue  # reported below, one message per missing setting
         dest = str(error.path[0]) if error.path else ""
