@@ -81,11 +81,6 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9
 
 
 def _version_groups(text: str) -> tuple | None:
-    """``_VERSION.match(text).groups()``, or None; a plain ``X.Y`` or ``X.Y.Z`` (ASCII digits,
-    optionally after "v") is read without ``re``."""
-    parts = (text[1:] if text[:1] == "v" else text).split(".")
-    if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
-        return parts[0], parts[1], parts[2] if len(parts) == 3 else None, None
     found = _VERSION.match(text)
     return found.groups() if found else None
 

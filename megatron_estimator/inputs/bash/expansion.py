@@ -127,9 +127,7 @@ class Expansion:
         fields = self.split(chunks, word.origin)
         if brace_check:
             literal = "".join(p.text for p in word.parts if isinstance(p, Lit) and not p.quoted)
-            # (a match needs "{", "}" and "," or "..": re only for such a word)
-            if ("{" in literal and "}" in literal and ("," in literal or ".." in literal)
-                    and re.search(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}", literal)):
+            if re.search(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}", literal):
                 cause = Cause(UNSUPPORTED, word.origin, word.raw,
                               f"`{word.raw}` uses brace expansion, which this tool does not do")
                 return [Field((unknown_seg(cause, word.raw, word.origin),), True, word.origin)]

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 UNRESOLVED = "unresolved-variable"
 UNSUPPORTED = "unsupported-shell-construct"
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")        # re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), its match and fullmatch
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")        # a shell name
 MAX_LOOP_ITERATIONS = 10_000
 MAX_DEPTH = 64
 

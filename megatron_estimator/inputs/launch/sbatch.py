@@ -139,7 +139,7 @@ def read_sbatch(text: str, display: str, line_locations=None,
         raw, where, spelled = given[key]
         text_ = raw
         if allow_range:
-            text_ = _before_first(raw, "-,")         # re.split(r"[-,]", raw, maxsplit=1)[0]
+            text_ = re.split(r"[-,]", raw, maxsplit=1)[0]
         if key in ("gpus-per-node", "gpus"):
             text_ = raw.rsplit(":", 1)[-1]
         if key == "gres":
@@ -169,9 +169,3 @@ def read_sbatch(text: str, display: str, line_locations=None,
         given=tuple(given.items()),
     )
     return headers, problems
-
-
-def _before_first(text: str, separators: str) -> str:
-    """``text`` up to its first character of ``separators`` (all of it when there is none)."""
-    cut = [at for at in (text.find(c) for c in separators) if at >= 0]
-    return text[:min(cut)] if cut else text
