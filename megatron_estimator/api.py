@@ -21,9 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.config.world_size import world_size_for  # noqa: F401  (the fronts' one check)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the --version path
+from typing import Sequence, TYPE_CHECKING
 if TYPE_CHECKING:
     import argparse
-    from typing import Sequence
 
 from megatron_estimator import __version__
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from megatron_estimator.core.hints import TOML, describe_value
 from megatron_estimator.core.problems import InvalidInput, Problem
@@ -648,7 +646,6 @@ def load_settings(cli_values: Mapping[str, Any], environ: Mapping[str, str] | No
         entries[spec.key] = chosen.get(spec.key) or SettingEntry(spec.key, spec.default, DEFAULT, DEFAULT)
     _budget_from_gpu(entries, notes)
     return _settings(entries, config.path if config is not None else None, notes), tuple(problems)
-
 
 
 def _budget_from_gpu(entries: dict[str, SettingEntry], notes: list[str]) -> None:

@@ -181,20 +181,3 @@ def test_classify():
 ])
 def test_flags_that_change_memory_are_stated_assumptions(dest):
     assert fe.classify(dest) == fe.NOT_MODELLED_KIND
-
-
-def test_the_tables_module_is_the_data_files():
-    # megatron/flag_effects_data.py is what _load reads from the TSV files (stale: run
-    # python scripts/gen_flag_effects_data.py), and the generator writes that module.
-    import runpy
-
-    from conftest import REPO
-
-    categories, modelled, not_modelled, no_memory_effect = fe._load()
-    assert dict(fe.CATEGORIES) == dict(categories) and list(fe.CATEGORIES) == list(categories)
-    assert fe.MODELLED == modelled
-    assert list(fe.NOT_MODELLED.items()) == list(not_modelled.items()), "stale: run scripts/gen_flag_effects_data.py"
-    assert list(fe.NO_MEMORY_EFFECT.items()) == list(no_memory_effect.items())
-    generator = runpy.run_path(str(REPO / "scripts" / "gen_flag_effects_data.py"), run_name="gen_flag_effects_data")
-    assert generator["render"]() == (REPO / "megatron_estimator" / "megatron" / "flag_effects_data.py").read_text(
-        encoding="utf-8")

@@ -717,3 +717,24 @@ def test_namespace_default_is_defaults_get():
     value = table.namespace_default("cp_comm_type")
     value.append("a2a")
     assert table.namespace_default("cp_comm_type") == ["p2p"]
+
+
+def test_every_literal_of_the_tables_reads_as_literal_eval():
+    # read_literal reads the common forms with patterns; each cell of the flag tables must
+    # give what ast.literal_eval (the table's writer used repr) gives, type included.
+    import ast
+
+    from megatron_estimator.core.resources import read_data_text
+    from megatron_estimator.megatron.flags import read_literal
+
+    cells = set()
+    for name in ("megatron_flags.tsv", "megatron_flag_history.tsv"):
+        for line in read_data_text(name).splitlines()[1:]:
+            row = line.split("\t")
+            if len(row) > 8 and not line.startswith("#"):
+                cells.update(c for c in (row[6], row[8]) if c)
+    cells -= {"default", "const"}
+    assert len(cells) > 20
+    for cell in sorted(cells):
+        assert read_literal(cell) == ast.literal_eval(cell), cell
+        assert type(read_literal(cell)) is type(ast.literal_eval(cell)), cell

@@ -13,9 +13,7 @@ fallback and ``validation.rules`` reports the problem.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.config.hybrid import derived_vpp
 from megatron_estimator.config.layout_syntax import count_layout_stages

@@ -25,9 +25,7 @@ the ratios --hybrid-attention-ratio / --hybrid-mlp-ratio instead; main's behavio
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem
 

@@ -15,9 +15,7 @@ This module imports nothing of the project's but ``errors``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Callable
+from typing import Callable
 
 from megatron_estimator.core.problems import Problem
 

@@ -9,11 +9,9 @@ the planner's validity).
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
-    Namespace = Mapping[str, Any]
+Namespace = Mapping[str, Any]
 
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import Problem

@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 from megatron_estimator.core.limits import world_size_problem
 from megatron_estimator.config.family import unsupported_model

@@ -8,9 +8,7 @@ comment names the file.  Messages state the arithmetic, so the user sees why.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.hybrid import pattern_problems, segment_count
@@ -20,9 +18,8 @@ from megatron_estimator.config.rules_parity import PARITY_RULES
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.inputs.rawargs import RawArgs
 
-if TYPE_CHECKING:
-    Namespace = Mapping[str, Any]
-    Rule = Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]
+Namespace = Mapping[str, Any]
+Rule = Callable[[Namespace, RawArgs, Mapping[str, str], RunContext], Iterable[Problem]]
 RULES: list[Rule] = []
 
 

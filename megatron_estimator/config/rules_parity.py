@@ -9,11 +9,9 @@ made.  Each has the signature of a ``rules.py`` rule and is listed in ``PARITY_R
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-    Namespace = Mapping[str, Any]
+Namespace = Mapping[str, Any]
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.config.run_context import RunContext

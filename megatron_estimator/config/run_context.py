@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
+from typing import Any, Mapping
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
 
 # Megatron's tracker file in a checkpoint directory (megatron/training/checkpointing.py
 # get_checkpoint_tracker_filename): a run whose --load directory has it resumes from it.

@@ -11,9 +11,7 @@ job's environment, a resume) is ``run`` (config/run_context.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.config.derive import optimizer_sharding
 from megatron_estimator.config.hybrid import HybridConfig, hybrid_config

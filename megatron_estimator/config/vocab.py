@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
+from typing import Any, Mapping
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 from megatron_estimator.core.resources import read_input_bytes
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
 
 # Tokenizer types whose vocabulary size is fixed by the tokenizer itself
 # (files Megatron's recipes download; sizes as the tokenizers report len(tokenizer)).

@@ -3,8 +3,7 @@
 ``find_distribution(names, path)`` looks through the folders of ``path`` (a ``sys.path``) in
 order for a ``NAME-VERSION.dist-info`` or ``NAME[-VERSION...].egg-info`` whose normalized name
 is one of ``names`` and returns its ``Version:`` header (``METADATA`` / ``PKG-INFO``) and its
-folder: the distribution ``importlib.metadata`` would find first.  It uses ``os`` alone, since
-importing ``importlib.metadata`` (zipfile, email, pathlib) would slow ``run``'s start-up.
+folder: the distribution ``importlib.metadata`` would find first.  It reads the folders with ``os``.
 ``job_path(environ)`` is the path a job's interpreter searches: its ``PYTHONPATH`` entries, then
 this interpreter's ``sys.path`` (its site-packages).
 """
@@ -12,49 +11,30 @@ this interpreter's ``sys.path`` (its site-packages).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from megatron_estimator.core.resources import read_input_text
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-_KINDS = ("dist-info", "egg-info")
+
+
+# NAME[-VERSION[-REST]].dist-info / .egg-info, as importlib.metadata's folders are named.
+_METADATA_FOLDER = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._]*?)(?:-(?P<version>[^-]+?)(?:-[^/]*)?)?"
+                              r"\.(?P<kind>dist-info|egg-info)\Z", re.IGNORECASE)
 
 
 def normalized(name: str) -> str:
     """``Flash-Attn`` -> ``flash_attn``: a distribution name as its metadata folders spell it
-    (each run of '-', '_' and '.' becomes one '_'; ``re`` is not imported for it)."""
-    out: list[str] = []
-    for ch in name.lower():
-        if ch in "-_.":
-            if not out or out[-1] != "_":
-                out.append("_")
-        else:
-            out.append(ch)
-    return "".join(out)
+    (each run of '-', '_' and '.' becomes one '_')."""
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def metadata_folder_name(entry: str) -> tuple[str, str] | None:
     """``(name, kind)`` of a metadata folder's name ``NAME[-VERSION[-REST]].dist-info`` /
-    ``.egg-info`` (kind case-blind; NAME an ASCII letter or digit, then letters, digits, '.'
-    and '_'; VERSION non-empty and without '-'), else None."""
-    low = entry.lower()
-    for kind in _KINDS:
-        if low.endswith("." + kind):
-            stem = entry[:-len(kind) - 1]
-            break
-    else:
-        return None
-    name, dash, rest = stem.partition("-")
-    version, dash2, tail = rest.partition("-")
-    if dash and (not version or (dash2 and "/" in tail)):
-        return None
-    if not name or not name.isascii() or not name[0].isalnum():
-        return None
-    if not all(ch.isalnum() or ch in "._" for ch in name):
-        return None
-    return name, kind
+    ``.egg-info`` (kind case-blind), else None."""
+    found = _METADATA_FOLDER.match(entry)
+    return (found.group("name"), found.group("kind").lower()) if found else None
 
 
 def job_path(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -8,11 +8,9 @@ part of the project's message contract.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterable
+from typing import Any, Iterable
 
-from megatron_estimator.core.patterns import LazyPattern
+import re
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6, *,
@@ -114,7 +112,7 @@ def expected_kind(types: str | Iterable[str]) -> str:
     return " or ".join(real) + (" (or null)" if "null" in types else "")
 
 
-_LOOKS_LIKE_FLOAT = LazyPattern(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+_LOOKS_LIKE_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def yaml_float_hint(value: Any) -> str:

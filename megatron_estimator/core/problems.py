@@ -9,9 +9,7 @@ them out of the library in one exception.  This module imports nothing of the pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Iterable, Iterator
+from typing import Iterable, Iterator
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -10,7 +10,9 @@ that want one.
 
 from __future__ import annotations
 
+import json
 import os
+from functools import lru_cache
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -20,6 +22,22 @@ def schema_file(name: str) -> str:
     if os.path.isfile(installed):
         return installed
     return os.path.join(os.path.dirname(_PACKAGE), "schemas", name)
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    """A JSON Schema file of schemas/, read once per process."""
+    with open(schema_file(name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=None)
+def schema_validator(name: str):
+    """One jsonschema validator per schema file, built once per process."""
+    import jsonschema
+
+    schema = load_schema(name)
+    return jsonschema.validators.validator_for(schema)(schema)
 
 
 def data_file(*parts: str) -> str:

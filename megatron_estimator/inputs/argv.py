@@ -20,11 +20,9 @@ ones a ``RawArgs`` uses, as notes to show, not as problems.
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
-from megatron_estimator.core.patterns import LazyPattern, might_be_negative_number
+import re
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.megatron.flags import (
@@ -45,9 +43,8 @@ SCRIPT_CONDITION = "entry-script"
 
 # argparse's test for a negative number (ArgumentParser._negative_number_matcher, Python 3.10-3.11;
 # 3.12/3.13 also accept underscores, 3.14 also exponents).
-# Both need "-" and a digit or "." first (might_be_negative_number), asked before re is.
-_NEGATIVE_NUMBER = LazyPattern(r"^-\d+$|^-\d*\.\d+$")
-_NUMBER_LIKE = LazyPattern(r"-\.?\d")
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_NUMBER_LIKE = re.compile(r"-\.?\d")
 _HELP = ("-h", "--help")
 
 
@@ -62,7 +59,7 @@ def _looks_like_option(token: str, table: FlagTable, extra: Collection[str] = ()
         return False
     if "=" in token and (token.split("=", 1)[0] in table or token.split("=", 1)[0] in extra):
         return True
-    if might_be_negative_number(token) and _NEGATIVE_NUMBER.match(token):
+    if _NEGATIVE_NUMBER.match(token):
         return False        # no Megatron option looks like a negative number
     return " " not in token
 
@@ -360,7 +357,7 @@ def _read_argv(tokens: list[str], table: FlagTable, locations: Sequence[str] | N
                            else _count(nargs))
                 problems.add("missing-value", location,
                              f"expects {expects}{_what_follows(tokens, i, taken, spelled)}")
-                if (i < len(tokens) and might_be_negative_number(tokens[i]) and _NUMBER_LIKE.match(tokens[i])
+                if (i < len(tokens) and _NUMBER_LIKE.match(tokens[i])
                         and tokens[i] not in table):
                     i += 1      # the number that argparse took for an option: explained above
                 continue
@@ -422,7 +419,7 @@ def _what_follows(tokens: Sequence[str], index: int, taken: int, spelled: str) -
     text = f"{got} before {following}" if taken else f" but {following} follows"
     if following == "--":
         text += " ('--' ends the options)"
-    elif might_be_negative_number(following) and _NUMBER_LIKE.match(following):
+    elif _NUMBER_LIKE.match(following):
         # e.g. -1e-5: not a negative number by argparse's rule, so it reads as an option.
         text += f" (argparse reads {following} as an option; write {spelled}={following})"
     return text

@@ -30,40 +30,26 @@ syntax error is still routed to its loader, which then reports the error with it
 from __future__ import annotations
 
 import os
+import re
+from typing import Literal
 
-from megatron_estimator.core.patterns import LazyPattern
-from megatron_estimator.core.patterns import lazy_re as re     # only for a file its suffix does not name
-from megatron_estimator.core.resources import parse_bound_error, path_string, path_suffix, read_input_bytes
+from megatron_estimator.core.resources import load_schema, parse_bound_error, path_string, path_suffix, read_input_bytes
 
 FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
 
-def __getattr__(name: str):
-    # ``Format``, the Literal of FORMATS, made on first use: typing is not imported at start-up.
-    if name == "Format":
-        from typing import Literal
-
-        return Literal[FORMATS]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Literal
-
-    Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
+Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
-# Compiled on first use: a file named by its suffix (a launch script) needs none of them.
-_SHEBANG_SHELL = LazyPattern(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b", literal_prefix="#!")
-_TOP_LEVEL_KEY = LazyPattern(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", "MULTILINE")
-_LAUNCH_LINE = LazyPattern(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", "MULTILINE")
+_SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
+_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s|$)", re.MULTILINE)
+_LAUNCH_LINE = re.compile(r"^\s*(?:exec\s+)?(?:torchrun|srun|mpirun|python3?)\s", re.MULTILINE)
 # inputs/megatron_log.py describes these lines.
-_LOG_LINE = LazyPattern(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
-                        r"|CUDA out of memory\. Tried to allocate ", "MULTILINE")
+_LOG_LINE = re.compile(r"-{24} arguments -{24}\s*$|\[Rank \d+\] .*memory \(MB\) \| allocated: "
+                        r"|CUDA out of memory\. Tried to allocate ", re.MULTILINE)
 _SEED_KEYS = {"model", "parallelism"}
-_KEY = LazyPattern(r"([A-Za-z_][\w-]*)\s*:(?:\s|$)")
-_KEY_IN_FLOW = LazyPattern(r"([A-Za-z_][\w-]*)\s*:")
+_KEY = re.compile(r"([A-Za-z_][\w-]*)\s*:(?:\s|$)")
+_KEY_IN_FLOW = re.compile(r"([A-Za-z_][\w-]*)\s*:")
 _MEGATRON_KEYS = {"language_model", "model_parallel"}
 _HEAD_BYTES = 256 * 1024
 _JSON_BYTES = 4 * 1024 * 1024
@@ -130,9 +116,7 @@ def _section_keys(text: str) -> list[tuple[str, list[str]]]:
 
 def seed_shaped(text: str) -> bool:
     """Whether YAML ``text`` has the seed format's shape (see the module's docstring)."""
-    from megatron_estimator.inputs.seed_schema_data import SEED_SCHEMA
-
-    places = SEED_SCHEMA["properties"]
+    places = load_schema("seed-config.schema.json")["properties"]
     sections = _section_keys(text)
     if not any(name in _SEED_KEYS for name, _ in sections):
         return False

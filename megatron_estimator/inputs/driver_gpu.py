@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")

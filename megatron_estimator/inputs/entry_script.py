@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Collection, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.argv import ArgvReading, UnknownFlag, read_megatron_argv

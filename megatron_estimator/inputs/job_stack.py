@@ -28,9 +28,7 @@ changes for memory:
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 # name as reported -> distribution names, first found wins
 PACKAGES = {

@@ -10,9 +10,7 @@ Defaults are not filled in here; validation and configuration do that from the f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ import their modules when called, so choosing one never imports yaml or the shel
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import path_string, read_input_text, special_file

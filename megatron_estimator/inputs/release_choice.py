@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any, Mapping, Sequence
 from megatron_estimator.core.resources import read_input_text
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping, Sequence
 
 
 def choose_megatron_release(given: str | None = None, environ: Mapping[str, str] | None = None, *,

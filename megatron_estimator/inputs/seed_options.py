@@ -17,9 +17,7 @@ bridge it builds Megatron's config with sets (mbridge ``mbridge/core/llm_bridge.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Sequence
+from typing import Any, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting

@@ -71,12 +71,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
-from megatron_estimator.core.plain_schema import plainly_valid
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.resources import load_schema, schema_validator
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.core.hints import (
     describe_value as _describe, did_you_mean, expected_kind as _expected, yaml_float_hint as _float_hint,
@@ -195,12 +193,8 @@ class SeedLoad:
 
 
 def seed_schema() -> dict:
-    """The JSON Schema of the seed format: schemas/seed-config.schema.json as the Python literal
-    inputs/seed_schema_data.py (scripts/gen_schema_data.py writes it; tests/test_schema_data.py
-    fails when it is stale), loaded without ``json``."""
-    from megatron_estimator.inputs.seed_schema_data import SEED_SCHEMA
-
-    return SEED_SCHEMA
+    """The JSON Schema of the seed format: schemas/seed-config.schema.json."""
+    return load_schema(_SCHEMA_NAME)
 
 
 def load_seed_yaml(path: str | os.PathLike) -> SeedLoad:
@@ -264,14 +258,9 @@ def _world_size(root: YamlNode, name: str, bad_paths: set[tuple[str, ...]], prob
 # --- schema errors -> problems ---------------------------------------------------------------
 
 def _schema_problems(root: YamlNode, name: str) -> tuple[list[tuple[int, str, Problem]], set[tuple[str, ...]]]:
-    """Every schema error as (line, key path, problem), and the key paths whose values are unusable.
-    A document the quick check finds certainly valid has none, and jsonschema is not imported."""
+    """Every schema error as (line, key path, problem), and the key paths whose values are unusable."""
     schema = seed_schema()
-    if plainly_valid(root.value, schema):
-        return [], set()
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(schema)
+    validator = schema_validator(_SCHEMA_NAME)
     found: list[tuple[int, str, Problem]] = []
     bad: set[tuple[str, ...]] = set()
     seen_required: set[tuple[str, ...]] = set()

@@ -12,11 +12,10 @@ the line of its key and of its value.  Broken YAML is one ``yaml-syntax`` proble
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
+
+import yaml
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import path_string, read_input_text
@@ -69,36 +68,6 @@ def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return YamlDocument(name, None, (Problem("unreadable-file", name, f"cannot read the file: {reason}"),))
     return parse_yaml_with_lines(text, name)
-
-
-# PyYAML's reader (yaml/reader.py ``Reader.NON_PRINTABLE``) compiles this negated class when
-# yaml is imported; the re module's charset optimiser walks its 60,000 BMP code points one by
-# one (about 7 ms, a third of the import).  _EQUIVALENT_NON_PRINTABLE is the same set spelled
-# as its complement (C0 controls but tab, LF, CR; DEL to U+009F but NEL; surrogates; U+FFFE,
-# U+FFFF), compiled in a twentieth of the time; tests/test_yamlpos.py holds the two to every
-# code point.
-_YAML_NON_PRINTABLE = "[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]"
-_EQUIVALENT_NON_PRINTABLE = "[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x84\x86-\x9F\uD800-\uDFFF\uFFFE\uFFFF]"
-
-
-def import_yaml():
-    """``import yaml``, its reader's pattern compiled the quick way: before the first import,
-    the ``re`` module's cache is given the equivalent pattern under PyYAML's source (the key
-    ``re.compile`` looks up first), so the reader's ``re.compile`` finds it.  Where the cache is
-    not the dict CPython's ``re`` keeps, or PyYAML spells its pattern otherwise, yaml compiles
-    its own, as it always did."""
-    import sys
-
-    if "yaml" not in sys.modules:
-        import re
-
-        cache = getattr(re, "_cache", None)
-        key = (str, _YAML_NON_PRINTABLE, 0)
-        if isinstance(cache, dict) and key not in cache:
-            cache[key] = re.compile(_EQUIVALENT_NON_PRINTABLE)
-    import yaml
-
-    return yaml
 
 
 # Bounds on a document (README.md "Limits"): nesting depth, and the nodes it holds once its
@@ -159,7 +128,6 @@ def _bounds_problem(events, path: str, yaml) -> Problem | None:
 
 
 def parse_yaml_with_lines(text: str, path: str) -> YamlDocument:
-    yaml = import_yaml()
     loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader     # libyaml where installed
     try:
         try:
@@ -216,13 +184,11 @@ def _syntax_problem(exc: Exception, path: str, text: str = "") -> Problem:
 
 class _Builder:
     def __init__(self, path: str) -> None:
-        self._yaml = yaml = import_yaml()
         self._constructor = yaml.SafeLoader("")
         self.path = path
         self.problems: list[Problem] = []
 
     def build(self, node, line: int, key_path: str) -> YamlNode:
-        yaml = self._yaml
         value_line = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             entries = self._mapping_entries(node, key_path)
@@ -261,7 +227,6 @@ class _Builder:
 
     def _merged_entries(self, value_node, key_path: str) -> dict[str, YamlNode]:
         """``<<: *anchor`` or ``<<: [*a, *b]``: earlier sources win, explicit keys win over all."""
-        yaml = self._yaml
         sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         result: dict[str, YamlNode] = {}
         for source in reversed(sources):

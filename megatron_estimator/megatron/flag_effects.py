@@ -41,9 +41,7 @@ string in the estimate's own source.
 from __future__ import annotations
 
 from types import MappingProxyType
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from megatron_estimator.core.resources import read_data_text
 from megatron_estimator.megatron.releases import NEWEST
@@ -94,22 +92,9 @@ def _load() -> tuple[Mapping[str, str], frozenset[str], Mapping[str, str], Mappi
             MappingProxyType(tables[NOT_MODELLED_KIND]), MappingProxyType(tables[NO_MEMORY_EFFECT_KIND]))
 
 
-def _tables():
-    """The four tables from megatron/flag_effects_data.py: the data files as Python literals
-    (``scripts/gen_flag_effects_data.py`` writes it from ``_load``, which checks the files;
-    ``tests/test_flag_effects.py`` fails when it is stale), loaded from bytecode instead of
-    parsing 900 rows at every start."""
-    try:
-        from megatron_estimator.megatron import flag_effects_data as data
-    except ImportError:          # not written yet (scripts/gen_flag_effects_data.py): the files
-        return _load()
-    return (MappingProxyType(data.CATEGORIES), frozenset(data.MODELLED), MappingProxyType(data.NOT_MODELLED),
-            MappingProxyType(data.NO_MEMORY_EFFECT))
-
-
 # CATEGORIES: category -> what flags in it do.  MODELLED: the dests the estimate reads.
 # NOT_MODELLED: dest -> the assumption to state.  NO_MEMORY_EFFECT: dest -> its category.
-CATEGORIES, MODELLED, NOT_MODELLED, NO_MEMORY_EFFECT = _tables()
+CATEGORIES, MODELLED, NOT_MODELLED, NO_MEMORY_EFFECT = _load()
 _NOT_MODELLED_ORDER = {dest: i for i, dest in enumerate(NOT_MODELLED)}   # the file's order
 
 

@@ -19,14 +19,13 @@ nvidia-modelopt, ``kitchen`` for megatron.core.extensions.kitchen) are in the ta
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from megatron_estimator.megatron.releases import NEWEST
-from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text
 
 TABLE_FILE = "megatron_flags.tsv"
@@ -77,56 +76,24 @@ class FlagSpec:
 _LITERALS = {"None": None, "True": True, "False": False}
 
 
-def _is_int_literal(text: str) -> bool:
-    """``-?\\d+\\Z`` (``\\d`` is a Unicode decimal digit, as ``str.isdecimal`` tells)."""
-    digits = text[1:] if text[:1] == "-" else text
-    return digits.isdecimal()
-
-
-def _is_float_literal(text: str) -> bool:
-    """``-?(\\d+\\.\\d*|\\d*\\.\\d+)(e[-+]?\\d+)?\\Z|-?\\d+e[-+]?\\d+\\Z``, without ``re``."""
-    body = text[1:] if text[:1] == "-" else text
-    mantissa, e, exponent = body.partition("e")
-    if e and not (exponent[1:] if exponent[:1] in ("+", "-") else exponent).isdecimal():
-        return False
-    whole, dot, fraction = mantissa.partition(".")
-    if dot:
-        return (whole or fraction) != "" and (whole == "" or whole.isdecimal()) and (
-            fraction == "" or fraction.isdecimal())
-    return bool(e) and whole.isdecimal()
-
-
-def _is_plain_str_literal(text: str) -> bool:
-    """``'[^'\\\\]*'\\Z``: a quoted string with no quote or backslash inside."""
-    return len(text) >= 2 and text[0] == "'" == text[-1] and "'" not in text[1:-1] and "\\" not in text[1:-1]
-
-
-def _is_python_int(text: str) -> bool:
-    """An int literal as Python source writes it (ASCII digits, no leading zero), signed."""
-    digits = text[1:] if text[:1] == "-" else text
-    return digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0")
+# The forms most of the table's cells take, read without ast.literal_eval (which costs 20 ms
+# over the table at every start); tests/test_flags.py holds read_literal to ast.literal_eval
+# on every cell.
+_INT = re.compile(r"-?\d+\Z")
+_FLOAT = re.compile(r"-?(\d+\.\d*|\d*\.\d+)(e[-+]?\d+)?\Z|-?\d+e[-+]?\d+\Z")
+_PLAIN_STR = re.compile(r"'[^'\\]*'\Z")
 
 
 def read_literal(text: str) -> Any:
-    """The value of a Python literal as ``repr`` writes it: ``ast.literal_eval``, with fast
-    paths for the forms the table holds most (None, booleans, numbers, plain strings)."""
+    """The value of a Python literal as ``repr`` writes it (``ast.literal_eval``)."""
     if text in _LITERALS:
         return _LITERALS[text]
-    if text == "[]":
-        return []
-    if _is_int_literal(text):
+    if _INT.match(text):
         return int(text)
-    if _is_float_literal(text):
+    if _FLOAT.match(text):
         return float(text)
-    if _is_plain_str_literal(text):
+    if _PLAIN_STR.match(text):
         return text[1:-1]
-    if text[:1] == "[" and text[-1:] == "]":        # a list of plain strings or ints: ['p2p'], [0]
-        items = text[1:-1].split(", ")
-        if all(_is_plain_str_literal(item) for item in items):
-            return [item[1:-1] for item in items]
-        if all(_is_python_int(item) for item in items):
-            return [int(item) for item in items]
-    import ast
     return ast.literal_eval(text)
 
 
@@ -382,7 +349,7 @@ class FlagChoiceError(ValueError):
 
 
 # arguments.py _eval_pattern: a pattern may hold only digits, commas, brackets, parentheses, + and *.
-_PATTERN_CHARS = LazyPattern(r"[^,\d\[\]\(\)\+\*]")
+_PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*]")
 _MAX_PATTERN_LENGTH = 1_000_000
 _PATTERN_HELP = ("an integer or a layer pattern such as ([1]*3+[0]*1)*3 "
                  "(digits, commas, brackets, parentheses, + and * only, no spaces)")

@@ -1,5 +1,8 @@
 """GPUs people train on, with the memory each one lets a process use.
 
+The catalog is data: ``data/gpus.tsv``, one row per GPU with named columns and each row's
+source; ``load_gpus`` reads it into ``GPUS`` (to add a GPU, add a row).
+
 The capacity recorded for a GPU is what the device reports to the framework, not the
 marketing figure: ``torch.cuda.get_device_properties(0).total_memory`` (cudaDeviceProp
 ``totalGlobalMem``; on ROCm the HIP equivalent, equal to rocm-smi's "VRAM Total Memory").
@@ -29,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.core.resources import read_data_text
 from megatron_estimator.core.units import MiB
 
 CUDA_REPORTED = "cuda-reported"
@@ -72,146 +76,30 @@ class GpuSpec:
         return self.arch_version < 10
 
 
-def _mib(n: int) -> int:
-    return n * MiB
+GPU_FILE = "gpus.tsv"
 
 
-_AMPERE, _HOPPER, _BLACKWELL = "Ampere", "Hopper", "Blackwell"
+def load_gpus() -> tuple[GpuSpec, ...]:
+    """The catalog, data/gpus.tsv: one GpuSpec per row, in the file's order; the header
+    comment says what each column holds and every row states its source."""
+    lines = [line for line in read_data_text(GPU_FILE).splitlines() if line and not line.startswith("#")]
+    header = lines[0].split("\t")
+    specs = []
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("\t")))
+        major, minor = row["compute_capability"].split(".")
+        if row["memory_figure"] not in MEMORY_FIGURES:
+            raise ValueError(f"{GPU_FILE}: {row['name']}: memory_figure {row['memory_figure']!r} is not one of {MEMORY_FIGURES}")
+        specs.append(GpuSpec(
+            row["name"], tuple(filter(None, row["aliases"].split("|"))), tuple(filter(None, row["device_names"].split("|"))),
+            row["vendor"], row["architecture"], (int(major), int(minor)), int(row["cuda_visible_mib"]) * MiB,
+            row["memory_figure"], int(row["nvidia_smi_mib"]) if row["nvidia_smi_mib"] else None,
+            row["nominal"], row["source"],
+        ))
+    return tuple(specs)
 
-GPUS: tuple[GpuSpec, ...] = (
-    GpuSpec(
-        "a100-sxm-40gb", ("a100-40gb", "a100-sxm4-40gb", "a100-40gb-sxm"), ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),
-        "nvidia", _AMPERE, (8, 0), _mib(40536), CUDA_REPORTED, 40960, "40 GB HBM2",
-        "cudaDeviceProp total_memory=40536MB; PyTorch OOM messages read '39.59 GiB total capacity'",
-    ),
-    GpuSpec(
-        "a100-pcie-40gb", ("a100-40gb-pcie",), ("NVIDIA A100-PCIE-40GB",),
-        "nvidia", _AMPERE, (8, 0), _mib(40326), CUDA_REPORTED, 40960, "40 GB HBM2",
-        "torch.cuda.get_device_properties total_memory=40326MB (torch 1.9, CUDA 11.1)",
-    ),
-    GpuSpec(
-        "a100-sxm-80gb", ("a100-80gb", "a100-sxm4-80gb", "a100-80gb-sxm"), ("NVIDIA A100-SXM4-80GB",),
-        "nvidia", _AMPERE, (8, 0), _mib(81045), OOM_MESSAGE, 81920, "80 GB HBM2e",
-        "PyTorch OOM messages on A100 80GB: 'GPU 0 has a total capacity of 79.15 GiB'",
-    ),
-    GpuSpec(
-        "a100-pcie-80gb", ("a100-80gb-pcie",), ("NVIDIA A100 80GB PCIe",),
-        "nvidia", _AMPERE, (8, 0), _mib(81920), NVIDIA_SMI, 81920, "80 GB HBM2e",
-        "nvidia-smi memory.total 81920 MiB; CUDA sees less (the SXM part reports about 79.15 GiB)",
-    ),
-    GpuSpec(
-        "h100-sxm-80gb", ("h100", "h100-80gb", "h100-sxm", "h100-sxm5", "h100-hbm3", "h100-80gb-hbm3"),
-        ("NVIDIA H100 80GB HBM3",),
-        "nvidia", _HOPPER, (9, 0), _mib(81082), CUDA_REPORTED, 81559, "80 GB HBM3",
-        "torch.cuda.get_device_properties total_memory=81082MB (81082-81090 MiB across drivers); "
-        "nvidia-smi 81559 MiB",
-    ),
-    GpuSpec(
-        "h100-pcie-80gb", ("h100-pcie", "h100-80gb-pcie"), ("NVIDIA H100 PCIe",),
-        "nvidia", _HOPPER, (9, 0), _mib(81008), CUDA_REPORTED, 81559, "80 GB HBM2e",
-        "torch.cuda.get_device_properties total_memory=81008MB; nvidia-smi 81559 MiB",
-    ),
-    GpuSpec(
-        "h100-nvl-94gb", ("h100-nvl", "h100-94gb"), ("NVIDIA H100 NVL",),
-        "nvidia", _HOPPER, (9, 0), _mib(95320), OOM_MESSAGE, 95830, "94 GB HBM3",
-        "PyTorch OOM messages on H100 NVL: 'total capacity of 93.09 GiB'; nvidia-smi 95830 MiB",
-    ),
-    GpuSpec(
-        "h200", ("h200-141gb", "h200-sxm", "h200-sxm-141gb"), ("NVIDIA H200",),
-        "nvidia", _HOPPER, (9, 0), _mib(143156), CUDA_REPORTED, 143771, "141 GB HBM3e",
-        "torch.cuda.get_device_properties total_memory=143156MB (OOM messages: 139.80 GiB); "
-        "nvidia-smi 143771 MiB",
-    ),
-    GpuSpec(
-        "h20", ("h20-96gb",), ("NVIDIA H20",),
-        "nvidia", _HOPPER, (9, 0), _mib(97285), CUDA_REPORTED, 97871, "96 GB HBM3",
-        "torch.cuda.get_device_properties total_memory=97285MB; nvidia-smi 97871 MiB",
-    ),
-    GpuSpec(
-        "b200", ("b200-180gb", "b200-sxm", "hgx-b200"), ("NVIDIA B200",),
-        "nvidia", _BLACKWELL, (10, 0), _mib(182631), CUDA_REPORTED, 183359, "180 GB HBM3e",
-        "torch.cuda.get_device_properties total_memory=182631MB (182631-182642 MiB across drivers; "
-        "OOM messages: 178.35 GiB); nvidia-smi 183359 MiB",
-    ),
-    GpuSpec(
-        "gb200", ("gb200-nvl72", "gb200-186gb"), ("NVIDIA GB200",),
-        "nvidia", _BLACKWELL, (10, 0), _mib(188729), OOM_MESSAGE, 189471, "186 GB HBM3e",
-        "PyTorch OOM messages on GB200: 'total capacity of 184.31 GiB'; nvidia-smi 189471 MiB",
-    ),
-    GpuSpec(
-        "b300", ("b300-sxm", "b300-sxm6", "b300-288gb", "hgx-b300"), ("NVIDIA B300 SXM6 AC", "NVIDIA B300"),
-        "nvidia", "Blackwell Ultra", (10, 3), _mib(274110), OOM_MESSAGE, 275040, "288 GB HBM3e",
-        "PyTorch OOM messages on B300: 'total capacity of 267.69 GiB'; nvidia-smi 275040 MiB",
-    ),
-    GpuSpec(
-        "gb300", ("gb300-nvl72", "gb300-288gb"), ("NVIDIA GB300",),
-        "nvidia", "Blackwell Ultra", (10, 3), _mib(283131), OOM_MESSAGE, 284208, "288 GB HBM3e",
-        "PyTorch OOM messages on GB300 (NVL72 tray): 'total capacity of 276.50 GiB'; nvidia-smi "
-        "284208 MiB (the DGX Station GB300 has less memory: 256703 MiB in nvidia-smi)",
-    ),
-    GpuSpec(
-        "l40s", ("l40s-48gb",), ("NVIDIA L40S",),
-        "nvidia", "Ada Lovelace", (8, 9), _mib(45589), CUDA_REPORTED, 46068, "48 GB GDDR6",
-        "torch.cuda.get_device_properties total_memory=45589MB; nvidia-smi 46068 MiB",
-    ),
-    GpuSpec(
-        "l4", ("l4-24gb",), ("NVIDIA L4",),
-        "nvidia", "Ada Lovelace", (8, 9), _mib(23034), NVIDIA_SMI, 23034, "24 GB GDDR6",
-        "nvidia-smi memory.total 23034 MiB",
-    ),
-    GpuSpec(
-        "a10", ("a10-24gb",), ("NVIDIA A10",),
-        "nvidia", _AMPERE, (8, 6), _mib(23028), NVIDIA_SMI, 23028, "24 GB GDDR6",
-        "nvidia-smi memory.total 23028 MiB",
-    ),
-    GpuSpec(
-        "v100-16gb", ("v100-sxm2-16gb", "v100-pcie-16gb", "v100-sxm-16gb"),
-        ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"),
-        "nvidia", "Volta", (7, 0), _mib(16130), CUDA_REPORTED, 16160, "16 GB HBM2",
-        "torch.cuda.get_device_properties total_memory=16130MB (16160MB with other drivers)",
-    ),
-    GpuSpec(
-        "v100-32gb", ("v100-sxm2-32gb", "v100-pcie-32gb", "v100-sxm-32gb"),
-        ("Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB"),
-        "nvidia", "Volta", (7, 0), _mib(32494), CUDA_REPORTED, 32510, "32 GB HBM2",
-        "torch.cuda.get_device_properties total_memory=32494MB (V100-SXM2-32GB, torch 2.6); 32510MB "
-        "on V100-PCIE-32GB",
-    ),
-    GpuSpec(
-        "rtx-a6000", ("a6000", "rtxa6000"), ("NVIDIA RTX A6000",),
-        "nvidia", _AMPERE, (8, 6), _mib(48676), CUDA_REPORTED, 49140, "48 GB GDDR6",
-        "torch.cuda.get_device_properties total_memory=48676MB; nvidia-smi 49140 MiB",
-    ),
-    GpuSpec(
-        "rtx-4090", ("4090", "geforce-rtx-4090"), ("NVIDIA GeForce RTX 4090",),
-        "nvidia", "Ada Lovelace", (8, 9), _mib(24563), CUDA_REPORTED, 24564, "24 GB GDDR6X",
-        "torch.cuda.get_device_properties total_memory=24563MB; nvidia-smi 24564 MiB",
-    ),
-    GpuSpec(
-        "mi250x", ("mi250x-gcd", "mi250"), ("AMD Instinct MI250X", "AMD Instinct MI250X/MI250"),
-        "amd", "CDNA 2 (gfx90a)", (9, 0), _mib(65520), CUDA_REPORTED, None,
-        "64 GB HBM2e per GCD (128 GB per module of two GCDs, each its own device)",
-        "torch.cuda.get_device_properties total_memory=65520MB per GCD; KFD size_in_bytes 68702699520",
-    ),
-    GpuSpec(
-        "mi300x", ("mi300x-192gb",), ("AMD Instinct MI300X",),
-        "amd", "CDNA 3 (gfx942)", (9, 4), _mib(196592), CUDA_REPORTED, None, "192 GB HBM3",
-        "torch.cuda.get_device_properties total_memory=196592MB; rocm-smi VRAM Total Memory "
-        "206141652992 B (SPX/NPS1)",
-    ),
-    GpuSpec(
-        "mi325x", ("mi325x-256gb", "mi325"), ("AMD Instinct MI325X",),
-        "amd", "CDNA 3 (gfx942)", (9, 4), _mib(262119), OOM_MESSAGE, None, "256 GB HBM3E",
-        "HIP OOM messages on MI325X: 'total capacity of 255.98 GiB' (likely exactly 262128 MiB, "
-        "256 GiB less 16 MiB, as MI300X and MI355X report)",
-    ),
-    GpuSpec(
-        "mi355x", ("mi355x-288gb", "mi355"), ("AMD Instinct MI355X",),
-        "amd", "CDNA 4 (gfx950)", (9, 5), _mib(294896), CUDA_REPORTED, None, "288 GB HBM3E",
-        "hipDeviceProp totalGlobalMem and rocm-smi VRAM Total Memory 309220868096 B "
-        "(OOM messages: 287.98 GiB)",
-    ),
-)
+
+GPUS: tuple[GpuSpec, ...] = load_gpus()
 
 # Names that fit more than one GPU of different capacity: an answer would be a guess.
 _AMBIGUOUS: dict[str, tuple[str, ...]] = {

@@ -14,10 +14,10 @@ caller that chooses none gets ``DEFAULT_RELEASE``, the newest supported release,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 
-from megatron_estimator.core.patterns import LazyPattern
 from megatron_estimator.core.resources import read_data_text, read_input_text
 
 RELEASES_FILE = "megatron_releases.tsv"
@@ -78,15 +78,10 @@ def release(label: str) -> Release:
     return releases()[order_of(label)]
 
 
-_VERSION = LazyPattern(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?([.+-]?(?:rc|dev|a|b|post)[0-9a-z.+-]*)?\Z")
 
 
 def _version_groups(text: str) -> tuple | None:
-    """``_VERSION.match(text).groups()``, or None; a plain ``X.Y`` or ``X.Y.Z`` (ASCII digits,
-    optionally after "v") is read without ``re``."""
-    parts = (text[1:] if text[:1] == "v" else text).split(".")
-    if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
-        return parts[0], parts[1], parts[2] if len(parts) == 3 else None, None
     found = _VERSION.match(text)
     return found.groups() if found else None
 
@@ -147,7 +142,7 @@ def release_of(text: str, source: str, detected: bool = False) -> ChosenRelease:
 
 # -- detection without importing Megatron -----------------------------------------------------
 
-_PACKAGE_INFO = LazyPattern(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", "MULTILINE")
+_PACKAGE_INFO = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*(['\"]?)([^'\"\n#]*)\2", re.MULTILINE)
 
 
 def read_package_info(path: str) -> str | None:
@@ -184,7 +179,7 @@ def installed_megatron_core(path: list[str] | None = None) -> str | None:
 # -- NGC NeMo containers ----------------------------------------------------------------------
 
 NEMO_CONTAINERS_FILE = "nemo_containers.tsv"
-_NEMO_TAG = LazyPattern(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
+_NEMO_TAG = re.compile(r"nvcr\.io/nvidia/nemo:(\d{2}\.\d{2})([0-9A-Za-z._-]*)")
 
 
 @cache

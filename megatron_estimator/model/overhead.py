@@ -14,12 +14,11 @@ Two kinds, kept apart because they count differently:
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 from megatron_estimator.core.units import MiB
 
@@ -42,25 +41,7 @@ class Overheads:
 CUBLAS_HANDLES = 2
 
 
-def _size_count_pairs(config: str) -> list[tuple[str, str]]:
-    """``re.findall(r":(\\d+):(\\d+)", config)`` without ``re`` (the start-up paths do not
-    import it): each ``:SIZE:COUNT`` from left to right, digits as ``\\d`` reads them."""
-    pairs, i, n = [], 0, len(config)
-    while i < n:
-        if config[i] == ":":
-            j = i + 1
-            while j < n and config[j].isdecimal():
-                j += 1
-            if j > i + 1 and j < n and config[j] == ":":
-                k = j + 1
-                while k < n and config[k].isdecimal():
-                    k += 1
-                if k > j + 1:
-                    pairs.append((config[i + 1:j], config[j + 1:k]))
-                    i = k
-                    continue
-        i += 1
-    return pairs
+_SIZE_COUNT = re.compile(r":(\d+):(\d+)")     # each :SIZE:COUNT of a CUBLAS_WORKSPACE_CONFIG
 
 
 def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float,
@@ -73,7 +54,7 @@ def cublas_workspace_bytes(environ: Mapping[str, str], compute_capability: float
         config, source = ":4096:8", "CUBLAS_WORKSPACE_CONFIG=:4096:8 from --deterministic-mode"
     if not config:
         config = ":4096:8" if compute_capability >= 9.0 else ":4096:2:16:8"
-    pairs = _size_count_pairs(config)
+    pairs = _SIZE_COUNT.findall(config)
     per_handle = sum(int(size) * 1024 * int(count) for size, count in pairs)
     return CUBLAS_HANDLES * per_handle, f"{source}, {CUBLAS_HANDLES} handles (forward and autograd threads)"
 

@@ -6,9 +6,7 @@ facts an estimate assumed.  Frozen, integer bytes; ``results/estimate.py`` gathe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 from megatron_estimator.config.typed import EstimatorConfig, is_deterministic
 from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatches_in_flight, pipeline_stages
@@ -31,7 +29,6 @@ from megatron_estimator.model.parameters import (ParamTensor, chunk_blocks, chun
                                                  SHARED_TOPK_DSA, count, layer_kind, layer_runs, layer_template,
                                                  representative_layer, weighted)
 from megatron_estimator.model.states import ModelStates, model_states, model_states_of_blocks
-
 
 
 def recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:

@@ -11,18 +11,15 @@ to select a layout.
 from __future__ import annotations
 
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.planner.space import PLANNED_DESTS, extra_dests, family_settings
 from megatron_estimator.results.estimate import Verdict
 from megatron_estimator.results.plan import Candidate
 
-if TYPE_CHECKING:
-    # What re-estimates a candidate through the normal path: its settings -> the verdict.
-    Verifier = Callable[[RawArgs], Verdict]
+# What re-estimates a candidate through the normal path: its settings -> the verdict.
+Verifier = Callable[[RawArgs], Verdict]
 
 
 def _flag_tokens(dest: str, value: Any, release: str) -> list[str]:
@@ -124,7 +121,6 @@ def layout_raw(raw: RawArgs, settings: Mapping[str, Any], release: str) -> RawAr
             continue
         out[dest] = RawSetting(dest, value, _flag_tokens(dest, value, release)[0])
     return RawArgs(out, raw.source)
-
 
 
 def candidate_settings(search: "_Search", fit: "_Fit") -> dict[str, Any]:

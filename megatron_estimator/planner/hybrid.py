@@ -24,16 +24,13 @@ Mamba heads and groups over tp, and over tp x cp under context parallelism), as 
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
-
-    SplitChoices = Callable[[int, int], list[PipelineChoice]]
+from typing import Any, Callable, Mapping
 
 from megatron_estimator.config.hybrid import parse_pattern
 from megatron_estimator.planner.space import _split
 from megatron_estimator.results.plan import PipelineChoice
 
+SplitChoices = Callable[[int, int], list[PipelineChoice]]
 
 
 def pattern_segments(namespace: Mapping[str, Any]) -> tuple[int, ...]:

@@ -50,9 +50,7 @@ import math
 import operator
 
 from dataclasses import dataclass, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+from typing import Mapping
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act
@@ -485,7 +483,6 @@ class LayoutMemory:
             if best is None or device > best[0] or (device == best[0] and rank < best[2]):
                 best = (device, allocated, rank)
         return best
-
 
 
 class StageParts:

@@ -16,10 +16,8 @@ import math
 import operator
 import time
 from dataclasses import dataclass, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator, Mapping
-
     from megatron_estimator.planner.candidates import Verifier
 
 from megatron_estimator.config.parallel import ParallelDims
@@ -63,7 +61,6 @@ class _Progress:
             return
         self.due = now + PROGRESS_EVERY_SECONDS
         self.callback(SearchProgress(searched, fitting, started_families, families, now - self.started))
-
 
 
 @dataclass

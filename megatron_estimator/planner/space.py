@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.results.plan import NO_RECOMPUTE, SELECTIVE_CORE_ATTN, PipelineChoice, Recompute, SearchSpace
@@ -46,7 +44,6 @@ RECOMPUTE_DESTS = ("recompute_granularity", "recompute_method", "recompute_num_l
                    "recompute_activations", "distribute_saved_activations")
 SEQUENCE_PARALLEL_DESTS = ("sequence_parallel",)
 PLANNED_DESTS = PARALLEL_DESTS + SPLIT_DESTS + BATCH_DESTS + RECOMPUTE_DESTS + SEQUENCE_PARALLEL_DESTS
-
 
 
 def divisors(n: int) -> list[int]:

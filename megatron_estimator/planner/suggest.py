@@ -28,9 +28,7 @@ changed settings) and shown only when every stage fits there, with the normal pa
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from megatron_estimator.core.problems import InvalidInput
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -167,8 +165,7 @@ class SuggestionSearch(_Search):
         return tuple(g for g in GROUPS if changed[g])
 
 
-if TYPE_CHECKING:
-    Verifier = Callable[[RawArgs], Verdict]
+Verifier = Callable[[RawArgs], Verdict]
 
 
 def suggest(inp, estimate: Estimate, *, overheads, environ: Mapping[str, str], verify: Verifier,

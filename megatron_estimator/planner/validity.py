@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable
 
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import InvalidInput
@@ -142,7 +140,6 @@ def recompute_overlay(rec: Recompute, sp: bool, derived: Mapping) -> dict[str, A
     over["distribute_saved_activations"] = False
     over["sequence_parallel"] = sp
     return over
-
 
 
 class RuleReads(Mapping):

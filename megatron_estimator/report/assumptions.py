@@ -8,9 +8,7 @@ value) the text, markdown and JSON reports print.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Callable, Iterable
+from typing import Callable, Iterable
 
 from megatron_estimator.config.run_context import TRACKER_FILE, Resume
 from megatron_estimator.core.units import GiB, MiB

@@ -10,9 +10,7 @@ Renderers read ``results.Verdict`` objects and never compute memory.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 from megatron_estimator.results.estimate import Verdict
 from megatron_estimator.report.text import RENDERERS, _table, gib, verdict_to_json

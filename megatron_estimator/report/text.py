@@ -6,14 +6,11 @@ the contract described by ``schemas/report.schema.json``.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 from megatron_estimator.core import units
 from megatron_estimator.core.problems import escape_text
 from megatron_estimator.results.estimate import Estimate, StageEstimate, Verdict
-
 
 
 def gib(n: int | None) -> str:

@@ -13,10 +13,9 @@ fitting job and the API's callers that never ask pay nothing.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from megatron_estimator.results.estimate import Estimate
 
 from megatron_estimator.megatron.gpus import GPUS

@@ -7,9 +7,7 @@ reads; their field names are the JSON contract's (``schemas/report.schema.json``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 from megatron_estimator.core.problems import Problem
 # The memory model's records of bytes (model/records.py), part of the results' contract.

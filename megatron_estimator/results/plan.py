@@ -8,9 +8,7 @@ JSON contract of ``megatron-estimator plan --format json``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.results.estimate import Estimate

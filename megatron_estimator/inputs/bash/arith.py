@@ -3,7 +3,7 @@ evaluated over integers as bash does; a name reads a variable through the interp
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import LazyPattern
+import re
 from megatron_estimator.inputs.bash.values import Cause, Origin
 
 
@@ -16,7 +16,7 @@ class ArithError(Exception):
     pass
 
 
-_ARITH_TOKEN = LazyPattern(     # compiled on first use: most scripts do no arithmetic
+_ARITH_TOKEN = re.compile(
     r"\s*(?:(?P<num>0[xX][0-9A-Fa-f]+|\d+#[0-9A-Za-z@_]+|\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
     r"|(?P<op>\*\*=|<<=|>>=|\*\*|<<|>>|<=|>=|==|!=|&&|\|\||\+\+|--|\+=|-=|\*=|/=|%=|&=|\^=|\|=|[-+*/%<>=!~&^|?:(),\[\]]))"
 )

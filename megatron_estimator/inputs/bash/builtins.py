@@ -8,7 +8,7 @@ given; builtins with no effect on what the script runs (``trap``, ``ulimit``...)
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 from dataclasses import replace
 
 from megatron_estimator.inputs.bash.parser import parse

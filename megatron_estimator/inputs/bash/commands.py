@@ -9,9 +9,7 @@ makes of a command is none of the reader's business.
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Iterable, Mapping
+from typing import Iterable, Mapping
 
 from megatron_estimator.inputs.bash.values import Field, Origin, Var, is_known, text_of
 

@@ -6,7 +6,7 @@ A file test (``-f``, ``-d`` ...) or an operand that cannot be known statically g
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.pattern import glob_to_regex
@@ -158,7 +158,6 @@ class Conditions:
         if value is None:
             return None
         return 0 if value else 1
-
 
 
 class CondError(Exception):

@@ -10,11 +10,9 @@ expansion is not done: a word with ``*`` stays as written, as bash leaves it whe
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown
 from megatron_estimator.inputs.bash.parser import parse
@@ -133,9 +131,7 @@ class Expansion:
         fields = self.split(chunks, word.origin)
         if brace_check:
             literal = "".join(p.text for p in word.parts if isinstance(p, Lit) and not p.quoted)
-            # (a match needs "{", "}" and "," or "..": re only for such a word)
-            if ("{" in literal and "}" in literal and ("," in literal or ".." in literal)
-                    and re.search(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}", literal)):
+            if re.search(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}", literal):
                 cause = Cause(UNSUPPORTED, word.origin, word.raw,
                               f"`{word.raw}` uses brace expansion, which this tool does not do")
                 return [Field((unknown_seg(cause, word.raw, word.origin),), True, word.origin)]

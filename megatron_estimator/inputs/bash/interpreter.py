@@ -10,7 +10,7 @@ Word expansion is in ``expansion``, ``[[ ]]``/``test`` in ``conditions``, builti
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 from dataclasses import replace
 
 from megatron_estimator.inputs.bash.arith import ArithError, Arithmetic, ArithUnknown

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+import re
+from typing import Sequence
 
 from megatron_estimator.inputs.bash.syntax import Arith, CmdSub, HereDoc, Lit, Param, ShellSyntaxError, Word
 from megatron_estimator.inputs.bash.values import NAME, Origin

@@ -7,10 +7,8 @@ assignments, read by recursive descent over the ``Lexer``'s words.
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+import re
+from typing import Sequence
 
 from megatron_estimator.inputs.bash.lexer import METACHARS, Lexer
 from megatron_estimator.inputs.bash.syntax import (
@@ -20,25 +18,7 @@ from megatron_estimator.inputs.bash.syntax import (
 from megatron_estimator.inputs.bash.values import NAME, Origin
 
 
-class _Span:
-    """The end of a match (``match.end()``)."""
-    __slots__ = ("_end",)
-
-    def __init__(self, end: int):
-        self._end = end
-
-    def end(self) -> int:
-        return self._end
-
-
-def _empty_parens(text: str, at: int) -> _Span | None:
-    """``re.compile(r"\\([ \\t]*\\)").match(text, at)``'s end, without re."""
-    if not text.startswith("(", at):
-        return None
-    j = at + 1
-    while j < len(text) and text[j] in " \t":
-        j += 1
-    return _Span(j + 1) if text.startswith(")", j) else None
+_EMPTY_PARENS = re.compile(r"\([ \t]*\)")
 
 
 class Parser(Lexer):
@@ -185,7 +165,7 @@ class Parser(Lexer):
             k = j
             while k < self.n and self.s[k] in " \t":
                 k += 1
-            empty_parens = _empty_parens(self.s, k)
+            empty_parens = _EMPTY_PARENS.match(self.s, k)
             if empty_parens:
                 name = match.group(0)
                 self.i = empty_parens.end()
@@ -567,7 +547,6 @@ class Parser(Lexer):
         else:
             value = self.parse_word(assignment=True)
         return Assign(name, origin, append, index, value, None, self.s[start:self.i])
-
 
 
 def parse(text: str, origins: Sequence[Origin]) -> ListNode:

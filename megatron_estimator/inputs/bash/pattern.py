@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 
 
 def glob_to_regex(chunks: list[tuple[str, bool]]) -> str:

@@ -6,16 +6,14 @@ the thing that cannot be resolved is written), carried by the segment of text it
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import NamePattern, lazy_re as re
+import re
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Iterable, Mapping
+from typing import Iterable, Mapping
 
 UNRESOLVED = "unresolved-variable"
 UNSUPPORTED = "unsupported-shell-construct"
 
-NAME = NamePattern()        # re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), its match and fullmatch
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")        # a shell name
 MAX_LOOP_ITERATIONS = 10_000
 MAX_DEPTH = 64
 

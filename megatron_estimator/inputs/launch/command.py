@@ -41,9 +41,7 @@ all of this (``api.world_size_for``, where every front resolves the world size).
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem
 
@@ -99,11 +97,10 @@ class SplitCommand:
 
 # A reader of ``sh -c`` strings: (string, environment, positional parameters $0 $1 ...,
 # location of the string) -> the simple commands the string runs, in order, and problems.
-if TYPE_CHECKING:
-    CommandStringSplitter = Callable[
-        [str, Mapping[str, str], Sequence[str], "str | None"],
-        "tuple[tuple[SplitCommand, ...], tuple[Problem, ...]]",
-    ]
+CommandStringSplitter = Callable[
+    [str, Mapping[str, str], Sequence[str], "str | None"],
+    "tuple[tuple[SplitCommand, ...], tuple[Problem, ...]]",
+]
 
 
 def unknown_world_size_problem(command: LaunchCommand) -> Problem:

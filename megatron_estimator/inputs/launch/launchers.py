@@ -16,7 +16,7 @@ environment and option parser.
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re
+import re
 
 from megatron_estimator.inputs.launch.programs import (
     MPIRUN, PYTHON_NAME, SIMPLE_WRAPPERS, SRUN, Opt, Options, ParsedOptions,

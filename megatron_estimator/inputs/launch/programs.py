@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from megatron_estimator.core.patterns import LazyPattern
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
+import re
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -276,7 +274,7 @@ BASH_LONG_FLAGS = frozenset({
 PYTHON_FLAGS = frozenset("bBdEhiIOPqsSuvVxR?")
 PYTHON_LONG_FLAGS = frozenset({"--help", "--version", "--help-env", "--help-xoptions", "--help-all"})
 
-PYTHON_NAME = LazyPattern(r"^python(\d+(\.\d+)*)?[a-z]?$", literal_prefix="python")
+PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?[a-z]?$")
 MPI_NAMES = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra", "mpirun.openmpi",
                         "mpiexec.openmpi", "mpirun.mpich", "mpiexec.mpich"})
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})

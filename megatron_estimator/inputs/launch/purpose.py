@@ -23,11 +23,9 @@ name:
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.patterns import lazy_re as re
+import re
+from typing import Mapping
 from megatron_estimator.core.resources import read_input_text
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping
 
 # Megatron-LM's programs that start no training, by the end of their path (core_v0.8.0 ... main
 # d98e8a64; the tasks/ and detxoify_lm/ ones are of the older releases): what each does.

@@ -5,7 +5,8 @@ sbatch reads ``#SBATCH`` lines only before the first command of the file (sbatch
 
 from __future__ import annotations
 
-from megatron_estimator.core.patterns import lazy_re as re, split_posix_comments
+import re
+import shlex
 from dataclasses import dataclass
 
 from megatron_estimator.core.problems import Problem
@@ -71,7 +72,6 @@ class SbatchHeaders:
         return env
 
 
-
 _SBATCH_VALUE_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
                          "--ntasks-per-node": "ntasks-per-node", "--gpus-per-node": "gpus-per-node",
                          "--gres": "gres", "-G": "gpus", "--gpus": "gpus"}
@@ -120,7 +120,7 @@ def read_sbatch(text: str, display: str, line_locations=None,
             continue
         if line.startswith("#SBATCH"):
             try:
-                tokens = split_posix_comments(line[len("#SBATCH"):])
+                tokens = shlex.split(line[len("#SBATCH"):], comments=True)
             except ValueError:
                 problems.append(Problem("invalid-launcher-option", where_line,
                                         "this #SBATCH line has an unclosed quote"))
@@ -139,7 +139,7 @@ def read_sbatch(text: str, display: str, line_locations=None,
         raw, where, spelled = given[key]
         text_ = raw
         if allow_range:
-            text_ = _before_first(raw, "-,")         # re.split(r"[-,]", raw, maxsplit=1)[0]
+            text_ = re.split(r"[-,]", raw, maxsplit=1)[0]
         if key in ("gpus-per-node", "gpus"):
             text_ = raw.rsplit(":", 1)[-1]
         if key == "gres":
@@ -169,10 +169,3 @@ def read_sbatch(text: str, display: str, line_locations=None,
         given=tuple(given.items()),
     )
     return headers, problems
-
-
-
-def _before_first(text: str, separators: str) -> str:
-    """``text`` up to its first character of ``separators`` (all of it when there is none)."""
-    cut = [at for at in (text.find(c) for c in separators) if at >= 0]
-    return text[:min(cut)] if cut else text

@@ -17,10 +17,9 @@ names the ``file:line`` and the variable.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping, Sequence
+from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.core.resources import read_input_text
@@ -77,7 +76,6 @@ class ScriptEnvVar:
     unresolved: str | None = None
 
 
-
 @dataclass(frozen=True)
 class ScriptLaunch:
     """The training launch a script runs, resolved statically."""
@@ -118,7 +116,6 @@ class ScriptLaunch:
         return self.command.script
 
 
-
 @dataclass
 class _Candidate:
     command: LaunchCommand
@@ -146,7 +143,7 @@ class _UnderLauncher(CommandVisitor):
     def command(self, command: ExecutedCommand) -> None:
         fields = command.fields
         starts = command.resolved and fields and (
-            is_launch_program(fields[0].text) or any(_is_entry_name(os.path.basename(f.text)) for f in fields))
+            is_launch_program(fields[0].text) or any(_ENTRY_NAME.match(os.path.basename(f.text)) for f in fields))
         self.loader.command(replace(command, fields=self.prefix + tuple(fields)) if starts else command)
 
     def note(self, origin: Origin, message: str) -> None:
@@ -159,15 +156,7 @@ class _Note:
     message: str
 
 
-
-def _is_entry_name(name: str) -> bool:
-    """Whether ``re.match(r"^pretrain\\w*\\.py$", name)`` would match (an entry script's name), without
-    ``re`` (issue 14: the launch-script path): ``$`` also matches before a final newline, and ``\\w``
-    is a Unicode word character (``str.isalnum`` or "_"); tests/test_patterns.py compares the two."""
-    if name.endswith("\n"):
-        name = name[:-1]
-    return (len(name) >= 11 and name.startswith("pretrain") and name.endswith(".py")
-            and all(c == "_" or c.isalnum() for c in name[8:-3]))
+_ENTRY_NAME = re.compile(r"pretrain\w*\.py$")     # an entry script's name: pretrain_gpt.py
 
 
 _DISTRIBUTED = frozenset({"torchrun", "torch.distributed.run", "torch.distributed.launch", "ft_launcher", "srun",
@@ -293,7 +282,7 @@ class _Loader(CommandVisitor):
     def consider_launch(self, executed: ExecutedCommand) -> None:
         fields = executed.fields
         first = fields[0].text
-        if not is_launch_program(first) and not any(_is_entry_name(os.path.basename(f.text)) for f in fields):
+        if not is_launch_program(first) and not any(_ENTRY_NAME.match(os.path.basename(f.text)) for f in fields):
             return
         tokens = [self.script_token(f) for f in fields]
         env, origins = self.launch_env(executed)
@@ -355,7 +344,7 @@ class _Loader(CommandVisitor):
 
         def rank(c: _Candidate) -> tuple[bool, bool]:
             script = c.command.script or ""
-            entry = bool(_is_entry_name(os.path.basename(script))) or (c.command.script_is_module and "pretrain" in script)
+            entry = bool(_ENTRY_NAME.match(os.path.basename(script))) or (c.command.script_is_module and "pretrain" in script)
             return entry, c.command.launcher in _DISTRIBUTED
 
         best = max(rank(c) for c in candidates)

@@ -21,9 +21,7 @@ report's notes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Sequence
+from typing import Sequence
 
 from megatron_estimator.megatron.flag_effects import NO_MEMORY_EFFECT, NO_MEMORY_EFFECT_KIND, classify
 from megatron_estimator.megatron.flags import FlagSpec, flag_table

@@ -9,12 +9,11 @@ python, wrappers that run the rest of the command (``env``, ``numactl``, ``nsys 
 from __future__ import annotations
 
 import os
-from megatron_estimator.core.patterns import is_shell_assignment, lazy_re as re
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from typing import Mapping, Sequence
+import re
+import shlex
+from typing import Mapping, Sequence
 
-    from megatron_estimator.inputs.launch.command import CommandStringSplitter
+from megatron_estimator.inputs.launch.command import CommandStringSplitter
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
 from megatron_estimator.inputs.launch.command import COMMAND_LOCATION, TORCHRUN_FAMILY, LaunchCommand
@@ -24,6 +23,9 @@ from megatron_estimator.inputs.launch.programs import (
     PYTHON_NAME, RAY_JOB_SUBMIT, SHELLS, SIMPLE_WRAPPERS, TASKSET, TIMEOUT, TORCH_LAUNCH, TORCHRUN, UV_RUN, Opt, Options, ParsedOptions,
     is_known_program, program_name,
 )
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")     # NAME=value (an ASCII name)
 
 
 def parse_launch_command(
@@ -58,8 +60,6 @@ def parse_launch_command(
         split_command_string,
     )
     return walk.run()
-
-
 
 
 class _Walk(DistributedLaunchers):
@@ -490,7 +490,6 @@ class _Walk(DistributedLaunchers):
                     text, consumed = tok.partition("=")[2], 1
                 else:
                     text, consumed = tok[2:], 1
-                import shlex
 
                 pieces = shlex.split(text)
                 loc = self.locs[j] if self.locs is not None else None
@@ -503,7 +502,7 @@ class _Walk(DistributedLaunchers):
                 continue
             break
         parsed_end = j
-        while parsed_end < len(tokens) and is_shell_assignment(tokens[parsed_end]):
+        while parsed_end < len(tokens) and _ASSIGNMENT.match(tokens[parsed_end]):
             var, _, value = tokens[parsed_end].partition("=")
             self.set_env(var, value, "env")
             parsed_end += 1
