@@ -1,0 +1,76 @@
+"""A launch of a framework's entry program read into Megatron settings (``read_framework_argv``,
+called by ``inputs.entry_script.read_entry_argv`` before it reads a custom entry script)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Collection, Sequence
+
+    from megatron_estimator.inputs.argv import ArgvReading
+    from megatron_estimator.inputs.entry_script import EntryScript
+
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.frameworks import Framework, _frameworks, adapt, framework_flags, load_flag_table, recognise
+from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
+
+
+def _by_flags(unknown: Sequence[str]) -> tuple[Framework, tuple[str, ...]] | None:
+    """A stack the estimator does not model, told by flags only it registers (no source to read)."""
+    for framework in _frameworks():
+        if framework.unsupported is None or framework.flag_table is None:
+            continue
+        own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings}
+        marks = tuple(flag for flag in unknown if flag in own)
+        if marks:
+            return framework, marks
+    return None
+
+
+def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScript, path: str | None,
+                        base_dirs: Sequence[str], *, locations: Sequence[str] | None, source: str,
+                        accepted: Collection[str], opaque: Collection[int]
+                        ) -> tuple[RawArgs, tuple[Problem, ...], EntryScript] | None:
+    """The settings, problems and entry of a launch of a framework's entry program, or None when
+    ``entry`` is no framework's (Megatron-LM's own, or a custom script)."""
+    from megatron_estimator.inputs.argv import read_megatron_argv
+    from megatron_estimator.inputs.entry_script import ACCEPT_SETTING
+
+    framework = recognise(entry.script, entry.is_module, path, argv)
+    how = f"its entry program {entry.script}" + (" and its imports" if path is not None else " and its flags")
+    if framework is None and first.unknown and (path is None or not os.path.isfile(path)):
+        found = _by_flags(tuple(dict.fromkeys(u.spelled for u in first.unknown)))
+        if found is not None:
+            framework, marks = found
+            how = "flags only it registers: " + ", ".join(marks)
+    if framework is None:
+        return None
+    entry = replace(entry, path=path, framework=framework.name)
+    if framework.unsupported is not None:
+        message = (f"{framework.name} (recognised by {how}): {framework.unsupported}; check the job with "
+                   "that stack's own tools, or launch it with Megatron-LM's entry scripts")
+        return first.raw, (Problem("unsupported-stack", entry.location, message),), entry
+    specs, origin = framework_flags(framework, path, base_dirs)
+    reading = read_megatron_argv(argv, locations=locations, source=source, script_flags=specs, accepted=accepted,
+                                 opaque=opaque) if first.unknown else first
+    adaptation = adapt(framework, argv, specs)
+    where = f"{framework.name} ({entry.location})"
+    forced = RawArgs({dest: RawSetting(dest, value, where) for dest, value in adaptation.settings.items()}, source)
+    raw = reading.raw.merged(forced) if forced.settings else reading.raw
+    entry = replace(entry, framework_flags=origin, world_size=adaptation.world_size,
+                    world_size_source=adaptation.world_size_source,
+                    assumptions=(f"framework: {framework.name}, its flags read from {origin}",) + adaptation.assumptions)
+    problems = reading.problems
+    if reading.unknown:
+        names = tuple(dict.fromkeys(u.spelled for u in reading.unknown))
+        dropped = {id(u.problem) for u in reading.unknown}
+        count = len(names)
+        grouped = Problem("unknown-flag", reading.unknown[0].problem.location,
+                          f"{count} flag{'s' if count != 1 else ''} unknown to Megatron and to {framework.name} "
+                          f"({origin}): {', '.join(names)}; if {'they belong' if count != 1 else 'it belongs'} to "
+                          f"an extra_args_provider of your own and change{'' if count != 1 else 's'} neither "
+                          f"the model nor memory, {ACCEPT_SETTING}")
+        problems = tuple(p for p in problems if id(p) not in dropped) + (grouped,)
+    return raw, tuple(problems), entry
