@@ -18,13 +18,13 @@ from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
 
 def _by_flags(unknown: Sequence[str]) -> tuple[Framework, tuple[str, ...]] | None:
-    """A stack the estimator does not model, told by flags only it registers (no source to read)."""
+    """A stack the estimator does not model, told by two or more flags only it registers (no source to read)."""
     for framework in _frameworks():
         if framework.unsupported is None or framework.flag_table is None:
             continue
         own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings}
         marks = tuple(flag for flag in unknown if flag in own)
-        if marks:
+        if len(marks) >= 2:         # one could be a slip; two of its own flags are its launch
             return framework, marks
     return None
 

@@ -31,8 +31,9 @@ def _adapt(flags: FrameworkFlags) -> Adaptation:
     per_node = flags.value("--actor-num-gpus-per-node", 8)
     said = [f"slime: the training actor runs on --actor-num-nodes x --actor-num-gpus-per-node = "
             f"{nodes} x {per_node} GPUs ({_SOURCE} megatron_parse_args)"]
-    settings: dict = {"use_distributed_optimizer": True, "variable_seq_lengths": True}
-    said.append(f"slime forces the distributed optimizer and variable sequence lengths ({_SOURCE})")
+    settings: dict = {"use_distributed_optimizer": True}
+    said.append(f"slime forces the distributed optimizer ({_SOURCE} _set_default_megatron_args); its "
+                "variable sequence lengths (validate_args) change pipeline message shapes only")
     if not flags.given("--fp16"):
         settings["bf16"] = True
         said.append(f"slime trains in bf16 unless --fp16 ({_SOURCE}: bf16 = not fp16)")
