@@ -207,7 +207,8 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     from megatron_estimator.inputs.frameworks.reading import read_framework_argv
 
     framework = read_framework_argv(argv, first, entry, path, base_dirs, locations=locations, source=source,
-                                    accepted=accepted, opaque=opaque)
+                                    accepted=accepted, opaque=opaque, megatron_script=known is not None,
+                                    accept_setting=ACCEPT_SETTING)
     if framework is not None:
         return framework
     if path is None and megatron_only:

@@ -24,67 +24,14 @@ own flags, fill or force Megatron arguments, and change what a micro batch holds
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
-    from typing import Any, Callable, Sequence
+    from typing import Sequence
 
     from megatron_estimator.megatron.flags import FlagSpec
 
-
-@dataclass(frozen=True)
-class Adaptation:
-    """What a framework makes of a launch's flags."""
-
-    world_size: int | None = None
-    world_size_source: str | None = None
-    settings: dict = field(default_factory=dict)    # Megatron dest -> value it fills or forces
-    assumptions: tuple[str, ...] = ()                # in words, each naming the framework source
-
-
-@dataclass(frozen=True)
-class Framework:
-    name: str
-    entry_patterns: tuple[str, ...]                  # ends of entry-program paths
-    flag_table: str | None = None                    # data/frameworks/<file>
-    provider_files: tuple[str, ...] = ()             # its argument modules, relative to its tree root
-    imports: tuple[str, ...] = ()                    # packages whose import marks the entry program
-    adapt: Callable[[FrameworkFlags], Adaptation] | None = None
-    unsupported: str | None = None                   # why the estimator does not model this stack
-
-
-@dataclass(frozen=True)
-class FrameworkFlags:
-    """A launch's argv as the framework reads its own flags (the last occurrence wins, as argparse)."""
-
-    argv: tuple[str, ...]
-    specs: tuple[FlagSpec, ...]
-
-    def _spec(self, option: str):
-        return next((s for s in self.specs if option in s.option_strings), None)
-
-    def given(self, option: str) -> bool:
-        return any(t == option or t.startswith(option + "=") for t in self.argv)
-
-    def value(self, option: str, default: Any = None) -> Any:
-        spec = self._spec(option)
-        found = default
-        for i, token in enumerate(self.argv):
-            if token == option:
-                if spec is not None and not spec.takes_value:
-                    found = spec.action != "store_false"
-                elif i + 1 < len(self.argv):
-                    found = self.argv[i + 1]
-            elif token.startswith(option + "="):
-                found = token.split("=", 1)[1]
-            elif spec is not None and spec.action == "argparse.BooleanOptionalAction" and token == "--no-" + option[2:]:
-                found = False
-        if spec is not None and spec.type in ("int", "float") and isinstance(found, str):
-            try:
-                return int(found) if spec.type == "int" else float(found)
-            except ValueError:
-                return default
-        return found
+from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, FrameworkFlags, load_flag_table, table_release
 
 
 def _frameworks() -> tuple[Framework, ...]:
@@ -123,10 +70,11 @@ def _imports(source_path: str | None) -> set[str]:
 
 
 def recognise(script: str, is_module: bool = False, path: str | None = None,
-              argv: Sequence[str] = ()) -> Framework | None:
+              argv: Sequence[str] = (), megatron_script: bool = False) -> Framework | None:
     """The framework whose entry program ``script`` is (``path``: its file, when found; its
     imports decide first; else the end of its path, confirmed by one of the framework's own
-    flags in ``argv``), or None for Megatron-LM's own or an unknown program."""
+    flags in ``argv``), or None for Megatron-LM's own (``megatron_script``: ``script`` is one of
+    ``entry_script.ENTRY_SCRIPTS``) or an unknown program."""
     imported = _imports(path)
     frameworks = _frameworks()
     for framework in frameworks:
@@ -134,9 +82,7 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
             return framework
     if path is not None and imported:
         return None                 # a readable program that imports none of theirs
-    from megatron_estimator.inputs.entry_script import known_script
-
-    if known_script(script, is_module) is not None:
+    if megatron_script:
         return None                 # Megatron-LM's own (examples/multimodal/train.py)
     name = script.replace(".", "/") + ".py" if is_module else script
     for framework in frameworks:
@@ -188,21 +134,6 @@ def framework_flags(framework: Framework, path: str | None, search_dirs: Sequenc
     own = tuple(replace(s, conditional=SCRIPT_CONDITION) for s in specs
                 if not any(o in table for o in s.option_strings))
     return own, origin
-
-
-def load_flag_table(name: str):
-    from megatron_estimator.core.resources import read_data_text
-    from megatron_estimator.megatron.flags import FlagTable
-
-    return tuple(FlagTable.from_text(read_data_text("frameworks", name)))
-
-
-def table_release(name: str) -> str:
-    """The source a flag table was generated from (its first line, after '# ')."""
-    from megatron_estimator.core.resources import read_data_text
-
-    first = read_data_text("frameworks", name).split("\n", 1)[0]
-    return first.lstrip("# ").split(";")[0]
 
 
 def adapt(framework: Framework, argv: Sequence[str], specs: Sequence[FlagSpec]) -> Adaptation:

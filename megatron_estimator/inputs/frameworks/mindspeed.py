@@ -9,7 +9,7 @@ a flag only MindSpeed registers (``data/frameworks/mindspeed_llm_flags.tsv``).
 
 from __future__ import annotations
 
-from megatron_estimator.inputs.frameworks import Framework
+from megatron_estimator.inputs.frameworks.adapter import Framework
 
 FRAMEWORK = Framework(
     name="MindSpeed-LLM",

@@ -10,7 +10,7 @@ with ``--vocab-size`` given, the tokenizer's size is taken to be it.
 
 from __future__ import annotations
 
-from megatron_estimator.inputs.frameworks import Adaptation, Framework, FrameworkFlags
+from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, FrameworkFlags
 
 
 def _adapt(flags: FrameworkFlags) -> Adaptation:

@@ -9,11 +9,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start
 if TYPE_CHECKING:
     from typing import Collection, Sequence
 
+    from typing import Any as EntryScript      # inputs.entry_script.EntryScript (which imports this module)
+
     from megatron_estimator.inputs.argv import ArgvReading
-    from megatron_estimator.inputs.entry_script import EntryScript
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.frameworks import Framework, _frameworks, adapt, framework_flags, load_flag_table, recognise
+from megatron_estimator.inputs.frameworks import _frameworks, adapt, framework_flags, recognise
+from megatron_estimator.inputs.frameworks.adapter import Framework, load_flag_table
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
 
@@ -31,14 +33,14 @@ def _by_flags(unknown: Sequence[str]) -> tuple[Framework, tuple[str, ...]] | Non
 
 def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScript, path: str | None,
                         base_dirs: Sequence[str], *, locations: Sequence[str] | None, source: str,
-                        accepted: Collection[str], opaque: Collection[int]
+                        accepted: Collection[str], opaque: Collection[int], megatron_script: bool, accept_setting: str
                         ) -> tuple[RawArgs, tuple[Problem, ...], EntryScript] | None:
     """The settings, problems and entry of a launch of a framework's entry program, or None when
-    ``entry`` is no framework's (Megatron-LM's own, or a custom script)."""
+    ``entry`` is no framework's (Megatron-LM's own, or a custom script).  ``megatron_script``: the
+    entry is one of Megatron-LM's entry scripts; ``accept_setting``: how to accept flags, in words."""
     from megatron_estimator.inputs.argv import read_megatron_argv
-    from megatron_estimator.inputs.entry_script import ACCEPT_SETTING
 
-    framework = recognise(entry.script, entry.is_module, path, argv)
+    framework = recognise(entry.script, entry.is_module, path, argv, megatron_script)
     how = f"its entry program {entry.script}" + (" and its imports" if path is not None else " and its flags")
     if framework is None and first.unknown and (path is None or not os.path.isfile(path)):
         found = _by_flags(tuple(dict.fromkeys(u.spelled for u in first.unknown)))
@@ -71,6 +73,6 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
                           f"{count} flag{'s' if count != 1 else ''} unknown to Megatron and to {framework.name} "
                           f"({origin}): {', '.join(names)}; if {'they belong' if count != 1 else 'it belongs'} to "
                           f"an extra_args_provider of your own and change{'' if count != 1 else 's'} neither "
-                          f"the model nor memory, {ACCEPT_SETTING}")
+                          f"the model nor memory, {accept_setting}")
         problems = tuple(p for p in problems if id(p) not in dropped) + (grouped,)
     return raw, tuple(problems), entry

@@ -21,7 +21,7 @@ Facts, from slime's source (the commit of ``data/frameworks/slime_flags.tsv``):
 
 from __future__ import annotations
 
-from megatron_estimator.inputs.frameworks import Adaptation, Framework, FrameworkFlags
+from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, FrameworkFlags
 
 _SOURCE = "slime/backends/megatron_utils/arguments.py"
 
