@@ -215,7 +215,7 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
                                                                                command.script),
                                           entry_is_module=command.script_is_module,
                                           entry_dirs=base_directories(env), accept_flags=accept_flags)
-    own = inp.world_size is not None      # a framework's own world size (inputs/frameworks) wins
+    own = inp.world_size_source is not None      # a framework's own world size (inputs/frameworks) wins
     inp = replace(inp, world_size=inp.world_size if own else command.world_size,
                   world_size_source=inp.world_size_source if own else command.world_size_source,
                   environment=command.environment_dict, job_environment=True,
@@ -280,7 +280,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                                           entry_is_module=loaded.entry_is_module,
                                           entry_dirs=dirs, accept_flags=accept_flags,
                                           opaque=tuple(loaded.opaque_flags))
-    own = inp.world_size is not None      # a framework's own world size (inputs/frameworks) wins
+    own = inp.world_size_source is not None      # a framework's own world size (inputs/frameworks) wins
     return (replace(inp, world_size=inp.world_size if own else loaded.world_size, entry_dirs=dirs,
                     world_size_source=inp.world_size_source if own else loaded.world_size_source,
                     notes=loaded.notes + inp.notes,

@@ -136,7 +136,7 @@ def framework_flags(framework: Framework, path: str | None, search_dirs: Sequenc
     return own, origin
 
 
-def adapt(framework: Framework, argv: Sequence[str], specs: Sequence[FlagSpec]) -> Adaptation:
+def adapt(framework: Framework, argv: Sequence[str], specs: Sequence[FlagSpec], opaque=frozenset()) -> Adaptation:
     if framework.adapt is None:
         return Adaptation()
-    return framework.adapt(FrameworkFlags(tuple(argv), tuple(specs)))
+    return framework.adapt(FrameworkFlags(tuple(argv), tuple(specs), frozenset(opaque)))

@@ -12,6 +12,16 @@ if TYPE_CHECKING:
     from megatron_estimator.megatron.flags import FlagSpec
 
 
+class _Unknown:
+    """A flag's value that is not known statically (``${NUM_GPUS}`` set at run time)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+
 @dataclass(frozen=True)
 class Adaptation:
     """What a framework makes of a launch's flags."""
@@ -20,6 +30,7 @@ class Adaptation:
     world_size_source: str | None = None
     settings: dict = field(default_factory=dict)    # Megatron dest -> value it fills or forces
     assumptions: tuple[str, ...] = ()                # in words, each naming the framework source
+    unknown: tuple[tuple[str, str], ...] = ()        # (flag, what it decides) whose value is not known here
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,7 @@ class Framework:
     flag_table: str | None = None                    # data/frameworks/<file>
     provider_files: tuple[str, ...] = ()             # its argument modules, relative to its tree root
     imports: tuple[str, ...] = ()                    # packages whose import marks the entry program
+    prefixes: tuple[str, ...] = ()                   # flags parsed apart by another parser (--sglang-*)
     adapt: Callable[[FrameworkFlags], Adaptation] | None = None
     unsupported: str | None = None                   # why the estimator does not model this stack
 
@@ -39,6 +51,7 @@ class FrameworkFlags:
 
     argv: tuple[str, ...]
     specs: tuple[FlagSpec, ...]
+    opaque: frozenset = frozenset()                  # indexes of tokens whose text is not known statically
 
     def _spec(self, option: str):
         return next((s for s in self.specs if option in s.option_strings), None)
@@ -54,16 +67,16 @@ class FrameworkFlags:
                 if spec is not None and not spec.takes_value:
                     found = spec.action != "store_false"
                 elif i + 1 < len(self.argv):
-                    found = self.argv[i + 1]
+                    found = UNKNOWN if i + 1 in self.opaque else self.argv[i + 1]
             elif token.startswith(option + "="):
-                found = token.split("=", 1)[1]
+                found = UNKNOWN if i in self.opaque else token.split("=", 1)[1]
             elif spec is not None and spec.action == "argparse.BooleanOptionalAction" and token == "--no-" + option[2:]:
                 found = False
         if spec is not None and spec.type in ("int", "float") and isinstance(found, str):
             try:
                 return int(found) if spec.type == "int" else float(found)
             except ValueError:
-                return default
+                return UNKNOWN
         return found
 
 

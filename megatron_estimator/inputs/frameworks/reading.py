@@ -55,9 +55,11 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
                    "that stack's own tools, or launch it with Megatron-LM's entry scripts")
         return first.raw, (Problem("unsupported-stack", entry.location, message),), entry
     specs, origin = framework_flags(framework, path, base_dirs)
-    reading = read_megatron_argv(argv, locations=locations, source=source, script_flags=specs, accepted=accepted,
-                                 opaque=opaque) if first.unknown else first
-    adaptation = adapt(framework, argv, specs)
+    # Flags another parser takes apart (slime's --sglang-*, sglang_parse_args) are accepted as they are.
+    apart = tuple(t.split("=", 1)[0] for t in argv if t.startswith(framework.prefixes)) if framework.prefixes else ()
+    reading = read_megatron_argv(argv, locations=locations, source=source, script_flags=specs,
+                                 accepted=tuple(accepted) + apart, opaque=opaque) if first.unknown else first
+    adaptation = adapt(framework, argv, specs, opaque)
     where = f"{framework.name} ({entry.location})"
     forced = RawArgs({dest: RawSetting(dest, value, where) for dest, value in adaptation.settings.items()}, source)
     raw = reading.raw.merged(forced) if forced.settings else reading.raw
@@ -65,6 +67,11 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
                     world_size_source=adaptation.world_size_source,
                     assumptions=(f"framework: {framework.name}, its flags read from {origin}",) + adaptation.assumptions)
     problems = reading.problems
+    for flag, decides in adaptation.unknown:
+        index = next((i for i, t in enumerate(argv) if t == flag or t.startswith(flag + "=")), None)
+        at = locations[index] if locations is not None and index is not None and index < len(locations) else flag
+        problems += (Problem("unknown-value", str(at), f"{flag}: its value is not known before the job runs, and "
+                             f"{framework.name} takes {decides} from it; set it in the script or the environment"),)
     if reading.unknown:
         names = tuple(dict.fromkeys(u.spelled for u in reading.unknown))
         dropped = {id(u.problem) for u in reading.unknown}

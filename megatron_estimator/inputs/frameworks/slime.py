@@ -21,7 +21,7 @@ Facts, from slime's source (the commit of ``data/frameworks/slime_flags.tsv``):
 
 from __future__ import annotations
 
-from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, FrameworkFlags
+from megatron_estimator.inputs.frameworks.adapter import UNKNOWN, Adaptation, Framework, FrameworkFlags
 
 _SOURCE = "slime/backends/megatron_utils/arguments.py"
 
@@ -71,9 +71,13 @@ def _adapt(flags: FrameworkFlags) -> Adaptation:
                         "context already in the overheads")
     else:
         said.append("slime: the rollout engines run on GPUs of their own (--rollout-num-gpus), not estimated")
+    unknown = tuple((flag, "the world size") for flag, value in
+                    (("--actor-num-nodes", nodes), ("--actor-num-gpus-per-node", per_node)) if value is UNKNOWN)
+    if flags.value("--use-dynamic-batch-size", False) and flags.value("--max-tokens-per-gpu") is UNKNOWN:
+        unknown += (("--max-tokens-per-gpu", "the tokens of a micro batch"),)
     return Adaptation(world_size=nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None,
                       world_size_source="--actor-num-nodes x --actor-num-gpus-per-node (slime)",
-                      settings=settings, assumptions=tuple(said))
+                      settings=settings, assumptions=tuple(said), unknown=unknown)
 
 
 FRAMEWORK = Framework(
@@ -82,5 +86,8 @@ FRAMEWORK = Framework(
     flag_table="slime_flags.tsv",
     provider_files=("slime/utils/arguments.py",),
     imports=("slime",),
+    # slime/backends/sglang_utils/arguments.py: SGLang's server flags (--sglang-*) and its router's
+    # (RouterArgs.add_cli_args(use_router_prefix=True): --router-*), parsed by their own parser
+    prefixes=("--sglang-", "--router-"),
     adapt=_adapt,
 )
