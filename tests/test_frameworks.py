@@ -195,3 +195,12 @@ def test_flag_tables_state_their_source_and_hold_the_frameworks_flags(table, rep
     assert table_release(table).startswith(repository)
     spec = next(s for s in load_flag_table(table) if flag in s.option_strings)
     assert (spec.dest, spec.default) == (dest, default)
+
+
+def test_slime_global_batch_comes_from_its_rollout_and_micro_batch_defaults_to_one(tmp_path):
+    argv = ["python3", "train.py", "--actor-num-gpus-per-node", "2", "--rollout-batch-size", "8",
+            "--n-samples-per-prompt", "4", "--num-steps-per-rollout", "2", "--seq-length", "64",
+            "--max-position-embeddings", "64", *MODEL.split()]
+    model = launch(argv, tmp_path).estimate.model
+    # slime_validate_args: global batch = 8 x 4 // 2 = 16; reset_arg: micro batch 1; dp 2 -> 16 / (1 x 2) = 8
+    assert (model.global_batch_size, model.micro_batch_size, model.num_microbatches) == (16, 1, 8)

@@ -121,7 +121,8 @@ def framework_flags(framework: Framework, path: str | None, search_dirs: Sequenc
     origin = ""
     for root in _tree_roots(path, search_dirs) if framework.provider_files else ():
         files = [os.path.join(root, f) for f in framework.provider_files]
-        if all(os.path.isfile(f) for f in files):
+        files = [f for f in files if os.path.isfile(f)] if os.path.isfile(files[0]) else []
+        if files:                   # the tree of the framework: its main argument module, and the others it has
             from megatron_estimator.inputs.script_flags import read_module_flags
 
             for file in files:

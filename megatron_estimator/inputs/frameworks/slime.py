@@ -8,6 +8,9 @@ Facts, from slime's source (the commit of ``data/frameworks/slime_flags.tsv``):
 - the world size of the training actor is ``--actor-num-nodes`` x ``--actor-num-gpus-per-node``
   (``slime/backends/megatron_utils/arguments.py`` ``megatron_parse_args``; defaults 1 and 8);
   the rollout engines run on ``--rollout-num-gpus`` GPUs of their own unless ``--colocate``;
+- Megatron defaults it changes (``reset_arg``): ``--micro-batch-size`` 1; ``--global-batch-size``
+  is ``--rollout-batch-size`` x ``--n-samples-per-prompt`` // ``--num-steps-per-rollout`` when
+  that is given (``slime_validate_args``);
 - Megatron arguments it sets (``_set_default_megatron_args``): ``use_distributed_optimizer``
   True, ``bf16 = not fp16``, ``seq_length`` 4096 and ``max_position_embeddings = seq_length``
   when not given; ``validate_args`` sets ``variable_seq_lengths`` True;
@@ -37,6 +40,17 @@ def _adapt(flags: FrameworkFlags) -> Adaptation:
     if not flags.given("--fp16"):
         settings["bf16"] = True
         said.append(f"slime trains in bf16 unless --fp16 ({_SOURCE}: bf16 = not fp16)")
+    if not flags.given("--micro-batch-size"):
+        settings["micro_batch_size"] = 1
+        said.append("slime's default --micro-batch-size 1 (slime/utils/arguments.py reset_arg)")
+    steps = flags.value("--num-steps-per-rollout")
+    rollout, samples = flags.value("--rollout-batch-size"), flags.value("--n-samples-per-prompt", 1)
+    if isinstance(steps, int) and steps > 0 and isinstance(rollout, int) and isinstance(samples, int):
+        # slime/utils/arguments.py slime_validate_args (asserts an explicit --global-batch-size agrees)
+        settings["global_batch_size"] = rollout * samples // steps
+        said.append(f"slime: --global-batch-size = --rollout-batch-size x --n-samples-per-prompt // "
+                    f"--num-steps-per-rollout = {rollout} x {samples} // {steps} = {rollout * samples // steps} "
+                    "(slime/utils/arguments.py slime_validate_args)")
     if flags.value("--use-dynamic-batch-size", False):
         tokens = flags.value("--max-tokens-per-gpu")
         cp = flags.value("--context-parallel-size") or flags.value("--cp") or 1
@@ -84,7 +98,7 @@ FRAMEWORK = Framework(
     name="slime",
     entry_patterns=("train.py", "train_async.py"),
     flag_table="slime_flags.tsv",
-    provider_files=("slime/utils/arguments.py",),
+    provider_files=("slime/utils/arguments.py", "slime/backends/sglang_utils/arguments.py"),
     imports=("slime",),
     # slime/backends/sglang_utils/arguments.py: SGLang's server flags (--sglang-*) and its router's
     # (RouterArgs.add_cli_args(use_router_prefix=True): --router-*), parsed by their own parser

@@ -81,6 +81,7 @@ def token_roles(texts: Sequence[str], extra: Sequence[FlagSpec] = ()) -> list[To
         if own_left and not text.startswith("-"):
             roles.append(TokenRole(None, spelled))      # a value of the framework's flag
             own_left -= 1
+            spelled = spelled if own_left else None      # then the place of a flag again
             continue
         own_left = 0
         if spec is not None:
