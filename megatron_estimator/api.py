@@ -138,7 +138,8 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                                                is_module=entry_is_module, base_dirs=entry_dirs,
                                                locations=locations, source=source, accepted=accept_flags,
                                                opaque=opaque, release=release.version)
-        return TrainingInput(raw, source=source, entry=entry, release=release), tuple(problems)
+        return TrainingInput(raw, source=source, entry=entry, release=release, world_size=entry.world_size, notes=entry.assumptions,
+                             world_size_source=entry.world_size_source), tuple(problems)
     reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,
                                  opaque=opaque, release=release.version)
     return TrainingInput(reading.raw, source=source, release=release), reading.problems
@@ -233,9 +234,11 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
                                                                                command.script),
                                           entry_is_module=command.script_is_module,
                                           entry_dirs=base_directories(env), accept_flags=accept_flags, release=release)
-    inp = replace(inp, world_size=command.world_size, world_size_source=command.world_size_source,
+    own = inp.world_size_source is not None      # a framework's own world size (inputs/frameworks) wins
+    inp = replace(inp, world_size=inp.world_size if own else command.world_size,
+                  world_size_source=inp.world_size_source if own else command.world_size_source,
                   environment=command.environment_dict, job_environment=True,
-                  world_size_unknown=unknown_world_size_problem(command) if command.world_size is None else None)
+                  world_size_unknown=None if own or command.world_size is not None else unknown_world_size_problem(command))
     return inp, tuple(problems) + flag_problems, command
 
 
@@ -300,11 +303,13 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                                           entry_is_module=loaded.entry_is_module,
                                           entry_dirs=dirs, accept_flags=accept_flags,
                                           opaque=tuple(loaded.opaque_flags), release=release)
-    return (replace(inp, world_size=loaded.world_size, world_size_source=loaded.world_size_source, entry_dirs=dirs,
+    own = inp.world_size_source is not None      # a framework's own world size (inputs/frameworks) wins
+    return (replace(inp, world_size=inp.world_size if own else loaded.world_size, entry_dirs=dirs,
+                    world_size_source=inp.world_size_source if own else loaded.world_size_source,
                     notes=loaded.notes + inp.notes,
                     environment=loaded.environment, job_environment=loaded.job_environment,
-                    world_size_unknown=loaded.world_size_unknown, launch_location=loaded.launch_location),
-            loaded.problems + flag_problems)
+                    world_size_unknown=None if own else loaded.world_size_unknown,
+                    launch_location=loaded.launch_location), loaded.problems + flag_problems)
 
 
 def input_from_log(path: str | os.PathLike, release: ChosenRelease | str | None = None

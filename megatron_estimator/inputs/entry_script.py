@@ -93,6 +93,11 @@ class EntryScript:
     model_imports: tuple[str, ...] = ()        # megatron.core.models packages it imports (custom scripts)
     script_flag_count: int = 0                 # flags read from its extra_args_provider
     unread_flags: tuple[str, ...] = ()         # flags unknown to Megatron it may define (file not read)
+    framework: str | None = None               # the framework whose entry program it is (inputs/frameworks)
+    framework_flags: str | None = None         # where that framework's flags were read
+    world_size: int | None = None              # the world size the framework computes from its flags
+    world_size_source: str | None = None
+    assumptions: tuple[str, ...] = ()          # what the framework's adapter assumed, in words
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,8 @@ def model_family(raw: RawArgs, entry: EntryScript | None = None) -> ModelFamily:
                 return ModelFamily(family, f"the entry script {name} imports megatron.core.models.{package}", entry)
         if pattern is not None:
             return ModelFamily("hybrid", f"{pattern} (custom entry script {name})", entry)
-        return ModelFamily("gpt", f"a custom entry script ({name}); taken as building a GPT decoder", entry)
+        owner = f"{entry.framework}'s entry program" if entry.framework else "a custom entry script"
+        return ModelFamily("gpt", f"{owner} ({name}); taken as building a GPT decoder", entry)
     if pattern is not None:
         return ModelFamily("hybrid", pattern, None)
     return ModelFamily("gpt", "no entry script named: Megatron's flags describe a GPT decoder", None)
@@ -198,6 +204,13 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
         return first.raw, first.problems, entry
     megatron_only = known is not None and known[0] in MEGATRON_ONLY_FLAGS
     path = find_script_file(script, is_module, base_dirs)
+    from megatron_estimator.inputs.frameworks.reading import read_framework_argv
+
+    framework = read_framework_argv(argv, first, entry, path, base_dirs, locations=locations, source=source,
+                                    accepted=accepted, opaque=opaque, megatron_script=known is not None,
+                                    accept_setting=ACCEPT_SETTING, release=release)
+    if framework is not None:
+        return framework
     if path is None and megatron_only:
         return first.raw, first.problems, entry
     if path is None:

@@ -368,3 +368,25 @@ def read_script_flags(path: str, search_dirs: Sequence[str] = ()) -> ScriptFlags
     return ScriptFlags(path, specs=tuple(reader.specs), providers=tuple(dict.fromkeys(reader.providers)),
                        files=files, unreadable_calls=reader.unreadable_calls, model_imports=_model_imports(tree),
                        missed=tuple(dict.fromkeys(reader.missed)))
+
+
+# Calls that register a flag in a framework's argument module: argparse's own, and
+# Pai-Megatron-Patch's ``patch_if_not_exist(group, "--flag", ...)`` (megatron_patch/arguments.py),
+# whose first argument is the group, and slime's ``reset_arg(parser, "--flag", ...)`` (slime/utils/arguments.py).
+_REGISTERING_CALLS = {"add_argument": 0, "patch_if_not_exist": 1, "reset_arg": 1}
+
+
+def read_module_flags(path: str) -> ScriptFlags:
+    """Every flag the module at ``path`` registers anywhere in it (a framework's argument module,
+    whose providers are built by factories and nested functions: every registering call is read)."""
+    tree, error = _parse_file(path)
+    if tree is None:
+        return ScriptFlags(path, error=error)
+    reader = _Reader(path, ())
+    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    for call in calls:
+        name = _name_of(call.func).rsplit(".", 1)[-1]
+        if name in _REGISTERING_CALLS:
+            skip = _REGISTERING_CALLS[name]
+            reader.add_argument(ast.Call(func=call.func, args=call.args[skip:], keywords=call.keywords))
+    return ScriptFlags(path, specs=tuple(reader.specs), files=(path,), unreadable_calls=reader.unreadable_calls)

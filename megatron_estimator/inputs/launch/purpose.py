@@ -14,7 +14,10 @@ name:
 - one of Megatron-LM's programs that train nothing (``NON_TRAINING``, by the end of its path),
   or a readable script that imports Megatron's inference packages and never calls
   ``pretrain(``, trains nothing: the file is skipped, naming the program;
-- any other program (a custom or framework script) is checked, as ``check`` reads it;
+- a framework's training entry program (``inputs/frameworks``: slime's ``train.py`` with slime's
+  flags, Pai-Megatron-Patch's ``examples/*/pretrain_*.py``, an NPU fork's) is checked, even
+  where its model flags come from a file the reader cannot follow: ``check`` says why;
+- any other program (a custom script) is checked, as ``check`` reads it;
 - a script that names a training entry script but whose launch cannot be found (it exits
   before it in this environment) is checked, so ``check`` says why: a training launch is never
   passed over.
@@ -137,15 +140,31 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         program = f"-m {command.script}" if command.script_is_module else command.script
         if kind == "none":
             return f"starts no training: its launch at {launch.location} runs {program}, {what}"
+        if kind == "unknown" and _framework_program(command.script, command.script_is_module, found,
+                                                    launch.megatron_argv):
+            return None       # a framework's training entry program (inputs/frameworks): checked
         if kind == "unknown" and not any(re.match(MODEL_FLAG, token) for token in launch.megatron_argv):
             return (f"launches no Megatron training: its launch at {launch.location} runs {program}, {what}, "
                     f"with none of {_MODEL_FLAGS}")
         return None
     named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
-    if any(n[2] == "training" for n in named):
+    words = code.split()
+    if any(n[2] == "training" or _framework_program(n[0], n[1], None, words) for n in named):
         return None       # a training launch the reader cannot reach: check reports why, never a silent pass
     if named and all(n[2] == "none" for n in named):
         return "starts no training: it runs " + "; ".join(f"{n[0]}, {n[3]}" for n in named)
     if re.search(MODEL_FLAG, code) is None:
         return f"launches no Megatron training (no training entry script, and none of {_MODEL_FLAGS} in it)"
     return None
+
+
+def _framework_program(program: str, is_module: bool, found: str | None, argv) -> bool:
+    """Is ``program`` the training entry program of a framework the estimator reads (slime's
+    train.py with slime's flags, a Pai-Megatron-Patch pretrain script...; inputs/frameworks)?"""
+    from megatron_estimator.inputs.entry_script import known_script
+    from megatron_estimator.inputs.frameworks import recognise
+
+    framework = recognise(program, is_module, found, [w.strip("\"'") for w in argv],
+                          known_script(program, is_module) is not None)
+    return framework is not None
+

@@ -375,14 +375,19 @@ class _Loader(CommandVisitor):
             return
         self.problems.add(cause.code, location, message)
 
-    def judge_unknowns(self, megatron: Sequence[ScriptToken]) -> tuple[ScriptToken, ...]:
+    def judge_unknowns(self, megatron: Sequence[ScriptToken], script: str | None = None,
+                       is_module: bool = False) -> tuple[ScriptToken, ...]:
         """The Megatron tokens as the launch passes them: each unknown part is a problem where
         it reaches a value that changes validation or memory, a notice elsewhere
-        (``launch.unknowns``); an unset variable in the place of a flag is no word at all."""
-        from megatron_estimator.inputs.launch.unknowns import token_roles, why_irrelevant
+        (``launch.unknowns``); an unset variable in the place of a flag is no word at all.  A
+        framework's entry program ``script`` (inputs/frameworks) gives its own flags' arity."""
+        from megatron_estimator.inputs.launch.unknowns import framework_specs, token_roles, why_irrelevant
 
+        texts = [t.text for t in megatron]
+        extra = framework_specs(script, is_module, texts, self.release) if script is not None and self.token_causes else ()
+        own = {o for spec in extra for o in spec.option_strings}
         kept: list[ScriptToken] = []
-        for token, role in zip(megatron, token_roles([t.text for t in megatron], self.release)):
+        for token, role in zip(megatron, token_roles(texts, extra, self.release)):
             causes = self.token_causes.get(id(token), ())
             if not causes:
                 kept.append(token)
@@ -399,7 +404,7 @@ class _Loader(CommandVisitor):
                     self.notice(cause, f"{role.option} at {token.word_location}, a flag Megatron does not know "
                                        f"(the entry script's own), gets `{token.text}` from it; the check goes on "
                                        "without it")
-                kept.append(token)
+                kept.append(replace(token, opaque=True) if role.option in own else token)
                 continue
             if role.spec is None:
                 if unset and token.empty_when_unset:
@@ -431,7 +436,8 @@ class _Loader(CommandVisitor):
         tokens: tuple[ScriptToken, ...] = cand.tokens
         self.problems.extend(cand.problems)
         script_index = command.script_index
-        megatron = self.judge_unknowns(tokens[script_index + 1:] if script_index is not None else ())
+        megatron = self.judge_unknowns(tokens[script_index + 1:] if script_index is not None else (),
+                                       command.script, command.script_is_module)
         for index in () if self.world_size_given else command.world_size_tokens:
             if index < len(tokens):
                 for cause in self.token_causes.get(id(tokens[index]), ()):

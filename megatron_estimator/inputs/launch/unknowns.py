@@ -40,18 +40,48 @@ class TokenRole:
     option: str | None = None      # the flag as spelled
 
 
-def token_roles(texts: Sequence[str], release: str = "main") -> list[TokenRole]:
-    """The flag each token is a value of, read as Megatron's argparse takes values (with the
-    flags of release ``release``): a known option takes its nargs of the tokens after it that
-    do not start with '-'."""
+def framework_specs(script: str, is_module: bool, texts: Sequence[str], release: str = "main") -> tuple[FlagSpec, ...]:
+    """The own flags of the framework whose entry program ``script`` is (inputs/frameworks), so
+    that an unset variable after one of them is judged by that flag's arity; () for none."""
+    from megatron_estimator.inputs.entry_script import known_script
+    from megatron_estimator.inputs.frameworks import framework_flags, recognise
+
+    framework = recognise(script, is_module, None, texts, known_script(script, is_module) is not None)
+    if framework is None or framework.unsupported is not None:
+        return ()
+    return framework_flags(framework, None, (), release)[0]
+
+
+def token_roles(texts: Sequence[str], extra: Sequence[FlagSpec] = (), release: str = "main") -> list[TokenRole]:
+    """The flag each token is a value of, read as Megatron's argparse takes values: a known
+    option (Megatron's, or one of ``extra``: a framework's own, whose values are never read
+    by validation or memory; Megatron's of release ``release``) takes its nargs of the tokens after it that do not start with '-'."""
     table = flag_table(release)
+    own = {option: spec for spec in extra for option in spec.option_strings}
     roles: list[TokenRole] = []
     current: FlagSpec | None = None
     spelled: str | None = None
     left = 0                             # values the current flag may still take
+    own_left = 0                         # values the current framework flag may still take
     for text in texts:
         option = text.split("=", 1)[0] if text.startswith("--") else text
         spec = table.by_option(option) if text.startswith("-") else None
+        if spec is None and option in own:
+            # A framework's flag: its arity is known; its values reach neither validation nor memory.
+            framework = own[option]
+            roles.append(TokenRole(None))
+            current, spelled, left = None, None, 0
+            if framework.takes_value and "=" not in text:
+                nargs = framework.nargs
+                own_left = 1 if nargs in (None, "?") else 10 ** 9 if nargs in ("*", "+") else int(nargs)
+                spelled = option if own_left else None
+            continue
+        if own_left and not text.startswith("-"):
+            roles.append(TokenRole(None, spelled))      # a value of the framework's flag
+            own_left -= 1
+            spelled = spelled if own_left else None      # then the place of a flag again
+            continue
+        own_left = 0
         if spec is not None:
             if "=" in text and text.startswith("--") and spec.takes_value:
                 roles.append(TokenRole(spec, option))

@@ -1,0 +1,95 @@
+"""The record a framework adapter declares (``Framework``), what it makes of a launch
+(``Adaptation``), the launch's flags as it reads them (``FrameworkFlags``) and its flag tables
+(``data/frameworks/``).  The registry and the reading are in ``__init__`` and ``reading``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from megatron_estimator.megatron.flags import FlagSpec
+
+
+class _Unknown:
+    """A flag's value that is not known statically (``${NUM_GPUS}`` set at run time)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """What a framework makes of a launch's flags."""
+
+    world_size: int | None = None
+    world_size_source: str | None = None
+    settings: dict = field(default_factory=dict)    # Megatron dest -> value it fills or forces
+    assumptions: tuple[str, ...] = ()                # in words, each naming the framework source
+    unknown: tuple[tuple[str, str], ...] = ()        # (flag, what it decides) whose value is not known here
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    entry_patterns: tuple[str, ...]                  # ends of entry-program paths
+    flag_table: str | None = None                    # data/frameworks/<file>
+    provider_files: tuple[str, ...] = ()             # its argument modules, relative to its tree root
+    imports: tuple[str, ...] = ()                    # packages whose import marks the entry program
+    prefixes: tuple[str, ...] = ()                   # flags parsed apart by another parser (--sglang-*)
+    adapt: Callable[[FrameworkFlags], Adaptation] | None = None
+    unsupported: str | None = None                   # why the estimator does not model this stack
+
+
+@dataclass(frozen=True)
+class FrameworkFlags:
+    """A launch's argv as the framework reads its own flags (the last occurrence wins, as argparse)."""
+
+    argv: tuple[str, ...]
+    specs: tuple[FlagSpec, ...]
+    opaque: frozenset = frozenset()                  # indexes of tokens whose text is not known statically
+
+    def _spec(self, option: str):
+        return next((s for s in self.specs if option in s.option_strings), None)
+
+    def given(self, option: str) -> bool:
+        return any(t == option or t.startswith(option + "=") for t in self.argv)
+
+    def value(self, option: str, default: Any = None) -> Any:
+        spec = self._spec(option)
+        found = default
+        for i, token in enumerate(self.argv):
+            if token == option:
+                if spec is not None and not spec.takes_value:
+                    found = spec.action != "store_false"
+                elif i + 1 < len(self.argv):
+                    found = UNKNOWN if i + 1 in self.opaque else self.argv[i + 1]
+            elif token.startswith(option + "="):
+                found = UNKNOWN if i in self.opaque else token.split("=", 1)[1]
+            elif spec is not None and spec.action == "argparse.BooleanOptionalAction" and token == "--no-" + option[2:]:
+                found = False
+        if spec is not None and spec.type in ("int", "float") and isinstance(found, str):
+            try:
+                return int(found) if spec.type == "int" else float(found)
+            except ValueError:
+                return UNKNOWN
+        return found
+
+
+def load_flag_table(name: str):
+    from megatron_estimator.core.resources import read_data_text
+    from megatron_estimator.megatron.flags import FlagTable
+
+    return tuple(FlagTable.from_text(read_data_text("frameworks", name)))
+
+
+def table_release(name: str) -> str:
+    """The source a flag table was generated from (its first line, after '# ')."""
+    from megatron_estimator.core.resources import read_data_text
+
+    first = read_data_text("frameworks", name).split("\n", 1)[0]
+    return first.lstrip("# ").split(";")[0]
