@@ -741,7 +741,8 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     beyond = sorted({r.rank for r in log.memory if r.rank >= estimate.world_size})
     if beyond:
         notes.append(f"ranks {beyond} are outside the world size {estimate.world_size}: not compared")
-    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp)
+    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp, overheads.fragmentation)
+    notes += comparison.timing_notes(log, ranks)
     ooms = comparison.compare_ooms(log, estimate, tp_pp_dp)
     suggested = None
     if suggest_settings:
