@@ -73,7 +73,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     over.add_argument("--fragmentation", metavar="FRACTION",
                       help="allocator fragmentation as a fraction of allocated memory (default 0.05)")
     over.add_argument("--routing-imbalance", metavar="FRACTION",
-                      help="MoE: extra share of tokens a hot expert rank receives (default 0)")
+                      help="MoE: extra share of routed tokens the busiest expert rank receives; "
+                           "the peak and the verdict are for that rank (default 0)")
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "
                            "falls back to unfused attention without >= 2.4.1 (default: run reads the job's "
