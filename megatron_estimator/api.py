@@ -519,19 +519,21 @@ def driver_gpu_budget(environ: Mapping[str, str], proc_root: str | None = None):
 
 
 def job_stack(environ: Mapping[str, str], overheads: Any, settings: Any = None, path: Sequence[str] | None = None):
-    """``run``: ``(overheads with the job's flash-attn, StackPackage records)`` from the job's
-    package metadata on ``path`` (default: ``$PYTHONPATH`` of the launch's ``environ``, then
-    ``sys.path``), unless the ``flash-attn`` setting of ``settings`` was given (it wins):
-    ``inputs/job_stack.py``."""
+    """``run``: ``(overheads with the job's flash-attn and Transformer Engine, StackPackage
+    records)`` from the job's package metadata on ``path`` (default: ``$PYTHONPATH`` of the
+    launch's ``environ``, then ``sys.path``); the ``flash-attn`` setting, when given, wins."""
     from megatron_estimator.core.distributions import job_path
-    from megatron_estimator.inputs.job_stack import detect_job_stack, stack_facts
+    from megatron_estimator.inputs.job_stack import detect_job_stack, with_stack
 
-    entry = settings.entry("flash-attn") if settings is not None else None
-    given = (settings.flash_attn, entry.source) if entry is not None and entry.given else (None,)
-    found = detect_job_stack(job_path(environ) if path is None else list(path))
-    flash_attn, records = stack_facts(found, *given)
-    te = found.get("transformer-engine")
-    return replace(overheads, flash_attn=flash_attn, transformer_engine=te[0] if te else None), records
+    return with_stack(overheads, detect_job_stack(job_path(environ) if path is None else list(path)), settings)
+
+
+def stated_stack(settings: Any, overheads: Any):
+    """``estimate`` / ``check``: the same, from the ``stack`` setting's stated versions."""
+    from megatron_estimator.inputs.job_stack import stated_found, with_stack
+
+    entry = settings.entry("stack")
+    return with_stack(overheads, stated_found(entry.value), settings, entry.source) if entry.given else (overheads, ())
 
 
 def overheads_from_settings(settings: Any, gpu: Any = None):
@@ -747,7 +749,8 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     beyond = sorted({r.rank for r in log.memory if r.rank >= estimate.world_size})
     if beyond:
         notes.append(f"ranks {beyond} are outside the world size {estimate.world_size}: not compared")
-    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp)
+    ranks = comparison.compare_ranks(log, estimate, tp_pp_dp, overheads.fragmentation)
+    notes += comparison.timing_notes(log, ranks)
     ooms = comparison.compare_ooms(log, estimate, tp_pp_dp)
     suggested = None
     if suggest_settings:

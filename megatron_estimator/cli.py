@@ -72,7 +72,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     over.add_argument("--fragmentation", metavar="FRACTION",
                       help="allocator fragmentation as a fraction of allocated memory (default 0.05)")
     over.add_argument("--routing-imbalance", metavar="FRACTION",
-                      help="MoE: extra share of tokens a hot expert rank receives (default 0)")
+                      help="MoE: extra share of routed tokens the busiest expert rank receives; "
+                           "the peak and the verdict are for that rank (default 0)")
+    over.add_argument("--stack", metavar="NAME=VERSION,...",
+                      help="estimate, check: the job's packages where run cannot read them, e.g. "
+                           "torch=2.8,flash-attn=none,te=2.x")
     over.add_argument("--flash-attn", metavar="VERSION",
                       help="the job's flash-attn version, or none; deterministic training before Hopper "
                            "falls back to unfused attention without >= 2.4.1 (default: run reads the job's "
@@ -268,6 +272,7 @@ def _options(ns: argparse.Namespace, environ):
         "budget": ns.budget, "gpu": ns.gpu, "format": ns.format, "cuda-context": ns.cuda_context,
         "nccl-buffers": ns.nccl_buffers, "fragmentation": ns.fragmentation,
         "routing-imbalance": ns.routing_imbalance, "flash-attn": ns.flash_attn, "resume": ns.resume,
+        "stack": getattr(ns, "stack", None),
         "warn-only": getattr(ns, "warn_only", None), "accept-flags": getattr(ns, "accept_flags", None),
         "megatron-version": getattr(ns, "megatron_version", None),
     }
@@ -276,15 +281,23 @@ def _options(ns: argparse.Namespace, environ):
 
 
 def _estimate_options(settings) -> dict:
-    """The budget (with where it came from) and the overhead assumptions for ``api.evaluate``."""
-    from megatron_estimator.api import overheads_from_settings
+    """The budget (with where it came from) and the overhead assumptions for ``api.evaluate``
+    (with the ``stack`` setting's facts, ``api.stated_stack``)."""
+    from megatron_estimator.api import overheads_from_settings, stated_stack
 
     budget = settings.budget
+    overheads, _ = stated_stack(settings, overheads_from_settings(settings))
     return {
         "budget": budget,
         "budget_source": settings.source("budget") if budget is not None else None,
-        "overheads": overheads_from_settings(settings),
+        "overheads": overheads,
     }
+
+
+def _stated_stack_records(settings) -> tuple:
+    from megatron_estimator.api import overheads_from_settings, stated_stack
+
+    return stated_stack(settings, overheads_from_settings(settings))[1]
 
 
 def _render(verdicts, fmt: str, verbose: bool = False) -> str:
@@ -336,6 +349,10 @@ def cmd_estimate(ns, environ) -> int:
     verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
                        problems=problems, suggest=True, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
+    if settings.stack:
+        from dataclasses import replace
+
+        verdict = replace(verdict, stack=_stated_stack_records(settings))
     _emit(_render([verdict], settings.format, ns.verbose), sys.stdout)
     return verdict.exit_code
 
@@ -429,8 +446,9 @@ def cmd_check(ns, environ) -> int:
 
         def check(inp, file_problems):
             world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source)
-            return evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                            problems=tuple(file_problems) + world_problems, suggest=True, **_estimate_options(settings))
+            verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+                               problems=tuple(file_problems) + world_problems, suggest=True, **_estimate_options(settings))
+            return replace(verdict, stack=_stated_stack_records(settings)) if settings.stack else verdict
 
         inp, file_problems = read(chosen)
         try:

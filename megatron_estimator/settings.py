@@ -125,6 +125,16 @@ def _routing_imbalance(raw: Any) -> float:
     return _fraction(raw, upper=None)
 
 
+def _stack(raw: Any) -> dict:
+    """``torch=2.8,flash-attn=none,te=2.x`` (inputs/job_stack.py ``parse_stack``)."""
+    if not isinstance(raw, str):
+        raise ValueError(f"must be NAME=VERSION,... (torch, transformer-engine, flash-attn), not "
+                         f"{describe_value(raw, TOML)}")
+    from megatron_estimator.core.stack import parse_stack
+
+    return parse_stack(raw)
+
+
 def _flash_attn(raw: Any) -> str:
     """``none`` (not installed) or a version such as ``2.7.4.post1``."""
     text = raw.strip().lower() if isinstance(raw, str) else None
@@ -254,6 +264,13 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "elsewhere a version >= 2.4.1 is assumed)",
     ),
     SettingSpec(
+        "stack", "stack", None, _stack,
+        "estimate and check: the job's software stack where run cannot read it, NAME=VERSION,... "
+        "(torch, transformer-engine or te, flash-attn; a version such as 2.8 or 2.x, or none), e.g. "
+        "torch=2.8,flash-attn=none,te=2.x: the same facts run takes from the job's package metadata "
+        "(a package not named stays assumed; the flash-attn setting wins for flash-attn)",
+    ),
+    SettingSpec(
         "megatron-version", "release", None, _megatron_version,
         "the job's Megatron-LM release (0.14 to 0.19, or main).  Given on the command line it "
         "wins; else the megatron/core/package_info.py of the launched Megatron-LM tree (or one on "
@@ -301,6 +318,8 @@ def show_value(key: str, value: Any) -> str:
         return ">= 2.4.1 (assumed)"
     if value is None and spec.kind == "release":
         return "detected, else main"
+    if value is None and spec.kind == "stack":
+        return "not stated"
     if value is None:
         return "none"
     if spec.kind == "bytes":
@@ -313,6 +332,8 @@ def show_value(key: str, value: Any) -> str:
         return "true" if value else "false"
     if spec.kind == "flags":
         return ", ".join(value) if value else "none"
+    if spec.kind == "stack":
+        return ",".join(f"{name}={version}" for name, version in value.items())
     return str(value)
 
 
@@ -348,6 +369,7 @@ class Settings:
     fragmentation: float
     routing_imbalance: float
     flash_attn: str | None
+    stack: dict | None
     megatron_version: str | None
     resume: str
     warn_only: bool

@@ -63,7 +63,7 @@ def test_everything_found(tmp_path):
     fake_dist(site, "torch", "2.5.1")
     fake_dist(site, "transformer_engine", "2.8.0")
     fake_dist(site, "flash_attn", "2.7.4")
-    flash, records = stack_facts(detect_job_stack([str(site)]))
+    flash, _te, records = stack_facts(detect_job_stack([str(site)]))
     assert flash == "2.7.4"
     assert [(r.name, r.version, r.source) for r in records] == [
         ("torch", "2.5.1", f"installed: {site / 'torch-2.5.1.dist-info'}"),
@@ -76,7 +76,7 @@ def test_everything_found(tmp_path):
 def test_site_packages_without_flash_attn_mean_none(tmp_path):
     site = tmp_path / "site"
     fake_dist(site, "torch", "2.5.1")
-    flash, records = stack_facts(detect_job_stack([str(site)]))
+    flash, _te, records = stack_facts(detect_job_stack([str(site)]))
     assert flash == "none"
     assert [(r.name, r.version) for r in records] == [("torch", "2.5.1"), ("transformer-engine", None),
                                                       ("flash-attn", "none")]
@@ -84,7 +84,7 @@ def test_site_packages_without_flash_attn_mean_none(tmp_path):
 
 
 def test_nothing_seen_keeps_todays_assumption_and_says_so(tmp_path):
-    flash, records = stack_facts(detect_job_stack([str(tmp_path)]))
+    flash, _te, records = stack_facts(detect_job_stack([str(tmp_path)]))
     assert flash is None
     [record] = records
     assert (record.name, record.version, record.source) == ("torch", None, "not found on the job's path")
@@ -95,7 +95,7 @@ def test_the_flash_attn_setting_wins_over_detection(tmp_path):
     site = tmp_path / "site"
     fake_dist(site, "torch", "2.5.1")
     fake_dist(site, "flash_attn", "2.3.6")
-    flash, records = stack_facts(detect_job_stack([str(site)]), "2.7.4", "command line --flash-attn")
+    flash, _te, records = stack_facts(detect_job_stack([str(site)]), "2.7.4", "command line --flash-attn")
     assert flash == "2.7.4"
     assert (records[-1].version, records[-1].source) == ("2.7.4", "command line --flash-attn; installed 2.3.6 not used")
     overheads, _ = api.job_stack({}, Overheads(), None, path=[str(site)])
@@ -171,3 +171,53 @@ def test_run_checks_the_installed_transformer_engine_version(tmp_path):
     assert result.returncode == 2
     assert ("error: --qk-clip: --qk-clip needs Transformer Engine >= 2.9.0 (Megatron main); the job's "
             "Transformer Engine is 2.8.0 [transformer-engine-version]") in result.stderr
+
+
+# -- estimate / check --stack: the same facts, stated -----------------------------------------
+
+@pytest.mark.parametrize("stack, backend", [("torch=2.5.1,te=2.8.0,flash-attn=2.3.6", "unfused"),
+                                            ("torch=2.5.1,te=2.8.0,flash-attn=2.7.4", "flash"),
+                                            ("flash-attn=none", "unfused")])
+def test_stated_stack_feeds_the_facts_run_detects(tmp_path, stack, backend):
+    # the same A100 deterministic run as test_run_reads_tree_metadata_and_driver: flash-attn
+    # below 2.4.1 (or none) leaves Transformer Engine unfused attention before Hopper
+    result = run(["estimate", "--gpu", "a100-80gb", "--format", "json", "--stack", stack, "--", *DETERMINISTIC])
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    validate_report(doc)
+    [attention] = [a for a in doc["assumptions"] if a["key"] == "attention_backend"]
+    assert attention["value"] == backend
+    stated = {p["name"]: (p["version"], p["source"]) for p in doc["stack"]}
+    assert all(source == "command line --stack" for _, source in stated.values())
+    assert stated["flash-attn"][0] == stack.rpartition("flash-attn=")[2]
+    # check reads the same option (and a settings file's key) into the same facts
+    (tmp_path / "pyproject.toml").write_text(f'[tool.megatron-estimator]\nstack = "{stack}"\n')
+    (tmp_path / "train.sh").write_text("#!/bin/bash\npython pretrain_gpt.py " + " ".join(DETERMINISTIC) + "\n")
+    checked = run(["check", "--gpu", "a100-80gb", "--format", "json", "train.sh"], cwd=tmp_path)
+    verdict = json.loads(checked.stdout)
+    [attention] = [a for a in verdict["assumptions"] if a["key"] == "attention_backend"]
+    assert attention["value"] == backend
+    assert {p["source"] for p in verdict["stack"]} == {f"{tmp_path / 'pyproject.toml'}:2 [tool.megatron-estimator] stack"}
+
+
+def test_stated_stack_with_an_unknown_package_or_a_bad_version_is_one_located_problem():
+    result = run(["estimate", "--stack", "torhc=2.8,flash-attn=2.x.1", "--", *DETERMINISTIC])
+    assert result.returncode == 2
+    errors = [line for line in result.stdout.splitlines() if line.strip().startswith("error:")]
+    assert errors == ["  error: command line --stack: unknown package 'torhc' (known: torch, transformer-engine "
+                      "(te), flash-attn); flash-attn=2.x.1: the version must be like 2.8, 2.7.4 or 2.x, or none "
+                      "[invalid-setting]"]
+
+
+def test_stated_series_answers_no_minimum_version_question():
+    from megatron_estimator.core.stack import parse_stack
+    from megatron_estimator.inputs.job_stack import stated_found, with_stack
+
+    stated = parse_stack("te=2.x, PyTorch=2.8, flash_attn=2.7.4.post1")
+    assert stated == {"transformer-engine": "2.x", "torch": "2.8", "flash-attn": "2.7.4.post1"}
+    overheads, records = with_stack(Overheads(), stated_found(stated), stated="command line --stack")
+    # 2.x cannot say whether Transformer Engine is >= 2.9.0: no version check runs on it
+    assert (overheads.transformer_engine, overheads.flash_attn) == (None, "2.7.4.post1")
+    assert [r.name for r in records] == ["torch", "transformer-engine", "flash-attn"]
+    with pytest.raises(ValueError, match="given twice"):
+        parse_stack("te=2.8,transformer-engine=2.9")

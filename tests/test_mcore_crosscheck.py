@@ -32,7 +32,7 @@ SPEC_KEYS = {
     "sequence_parallel", "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-    "pipeline_model_parallel_layout", "moe_shared_expert_gate",
+    "pipeline_model_parallel_layout", "moe_shared_expert_gate", "softmax_type",
 }
 
 COMMON = "--seq-length 256 --max-position-embeddings 256 --micro-batch-size 1 --bf16"
@@ -67,6 +67,9 @@ CASES = [
     ("mla tp2 (down projections duplicated)", MLA + " --tensor-model-parallel-size 2", 2),
     ("mla without q-lora", MLA.replace("--q-lora-rank 64 ", ""), 1),
     ("mla without qk-layernorm", MLA.replace("--qk-layernorm ", ""), 1),
+    # gpt-oss's attention sinks: DotProductAttention / TEDotProductAttention register
+    # softmax_offset, num_attention_heads_per_partition elements, with --softmax-type learnable
+    ("learnable softmax offsets tp2", LLAMA + " --softmax-type learnable --tensor-model-parallel-size 2", 2),
     ("mtp last stage", LLAMA + " --mtp-num-layers 1 --pipeline-model-parallel-size 2", 2),
     ("mtp moe", MOE + " --mtp-num-layers 1", 1),
     ("layout", LLAMA + " --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|t|t|tL "
@@ -96,14 +99,37 @@ def megatron_core():
         pytest.skip(f"megatron-core is not installed here: {why}")
 
 
+# Both --transformer-impl values: the local spec's MLA down projections are ColumnParallelLinear
+# (split over TP; megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_local_spec,
+# ``backend.column_parallel_linear()``, core_v0.14.0 through main), the TE spec's are TELinear
+# duplicated (multi_latent_attention.py, ``parallel_mode='duplicated'``).  ``total`` is what
+# megatron-core's local spec builds on one GPU, ``te_total`` the TE spec's shapes.
+IMPLS = ("transformer_engine", "local")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("name, text, world", CASES, ids=[c[0] for c in CASES])
-def test_parameters_per_stage_equal_megatron_core(megatron_core, name, text, world):
+def test_parameters_per_stage_equal_megatron_core(megatron_core, name, text, world, impl):
     reference = mcore_reference.reference_parameter_counts(spec_for(text))
     per_rank: dict[int, int] = {}
     for stage in reference:
-        per_rank[stage.pipeline_rank] = per_rank.get(stage.pipeline_rank, 0) + stage.te_total
-    ours = [s.parameters for s in estimate(text, world, release=INSTALLED_RELEASE).stages]
+        count = stage.te_total if impl == "transformer_engine" else stage.total
+        per_rank[stage.pipeline_rank] = per_rank.get(stage.pipeline_rank, 0) + count
+    ours = [s.parameters for s in estimate(text + f" --transformer-impl {impl}", world, release=INSTALLED_RELEASE).stages]
     assert ours == [per_rank[r] for r in sorted(per_rank)]
+
+
+def test_mla_down_projections_split_only_under_local(megatron_core):
+    """The two impls differ at TP 2 by exactly half of the down projections, per layer:
+    h x q_lora + h x (kv_lora + pe) = 128*64 + 128*(32+16) = 14,336 elements per layer,
+    half of it (7,168) more per GPU with TE; 4 layers on one stage: 28,672 (DeepSeek-V3's
+    7168*1536 + 7168*576 = 15,138,816 per layer, 7.57M more per GPU at TP 2)."""
+    text = MLA + " --tensor-model-parallel-size 2"
+    (stage,) = mcore_reference.reference_parameter_counts(spec_for(text))
+    assert stage.te_total - stage.total == 4 * (128 * 64 + 128 * 48) // 2
+    te, local = (estimate(text + f" --transformer-impl {impl}", 2, release=INSTALLED_RELEASE).stages[0].parameters
+                 for impl in IMPLS)
+    assert te - local == 28_672
 
 
 # --- Activations: the bytes a real forward pass of megatron-core's local spec saves ------------
@@ -219,3 +245,16 @@ def test_hybrid_parameters_per_stage_equal_megatron_core(megatron_mamba, name, t
     spec.pop("num_layers", None)
     reference = megatron_mamba.reference_hybrid_parameter_counts(spec)
     assert [s.parameters for s in hybrid_estimate(text, world).stages] == reference
+
+
+def test_attention_sinks_one_per_head_per_layer_split_by_tp(megatron_core):
+    """gpt-oss's learnable softmax offsets: megatron-core registers ``softmax_offset`` of
+    num_attention_heads_per_partition elements in every layer's core attention
+    (transformer/dot_product_attention.py); 8 heads at TP 2: 4 per layer, 16 on the 4 layers."""
+    text = LLAMA + " --tensor-model-parallel-size 2"
+    (stage,) = mcore_reference.reference_parameter_counts(spec_for(text + " --softmax-type learnable"))
+    sinks = [t.numel for t in stage.tensors if t.name.endswith("core_attention.softmax_offset")]
+    assert sinks == [8 // 2] * 4
+    vanilla, learnable = (estimate(text + extra, 2, release=INSTALLED_RELEASE).stages[0].parameters
+                          for extra in ("", " --softmax-type learnable"))
+    assert learnable - vanilla == 16

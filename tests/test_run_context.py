@@ -138,8 +138,10 @@ def test_assumption_sentences_from_facts():
     assert (nccl.key, nccl.text, nccl.value) == ("nccl_buffers", "NCCL buffers 256 MiB per communicator (none)",
                                                  256 * MiB)
     assert state(Assumed("fragmentation", 0.05)).text == "allocator fragmentation 5% of allocated memory"
-    assert state(Assumed("routing", 0.3)).text == ("MoE tokens spread evenly over the expert ranks; the imbalanced "
-                                                  "peak assumes the hottest rank receives 30% more")
+    assert state(Assumed("routing", 0.3)).text == (
+        "MoE routing imbalance: every stage is estimated for its busiest expert rank, whose experts receive "
+        "30% more than the even share of routed tokens (--routing-imbalance; the routed-token activations "
+        "grow with it, within the capacity factor)")
     overlap = state(Assumed("tp_comm_overlap"))
     assert overlap.key == "not_modelled" and overlap.text.startswith("--tp-comm-overlap: ")
     # :4096:8 on two handles: 2 x 4096 KiB x 8 = 64 MiB.

@@ -58,7 +58,7 @@ def test_the_defaults_live_in_one_table():
     assert [(s.key, s.default) for s in SETTINGS] == [
         ("budget", None), ("gpu", None), ("format", "text"), ("cuda-context", 512 * MiB),
         ("nccl-buffers", 512 * MiB), ("fragmentation", 0.05), ("routing-imbalance", 0.0), ("flash-attn", None),
-        ("megatron-version", None), ("resume", "auto"), ("warn-only", False), ("accept-flags", ())]
+        ("stack", None), ("megatron-version", None), ("resume", "auto"), ("warn-only", False), ("accept-flags", ())]
     assert [row[:3] for row in settings_help()] == [
         ("budget", "MEGATRON_ESTIMATOR_BUDGET", "none"),
         ("gpu", "MEGATRON_ESTIMATOR_GPU", "none"),
@@ -68,6 +68,7 @@ def test_the_defaults_live_in_one_table():
         ("fragmentation", "MEGATRON_ESTIMATOR_FRAGMENTATION", "0.05 (5%)"),
         ("routing-imbalance", "MEGATRON_ESTIMATOR_ROUTING_IMBALANCE", "0 (0%)"),
         ("flash-attn", "MEGATRON_ESTIMATOR_FLASH_ATTN", ">= 2.4.1 (assumed)"),
+        ("stack", "MEGATRON_ESTIMATOR_STACK", "not stated"),
         ("megatron-version", "MEGATRON_ESTIMATOR_MEGATRON_VERSION", "detected, else main"),
         ("resume", "MEGATRON_ESTIMATOR_RESUME", "auto"),
         ("warn-only", "MEGATRON_ESTIMATOR_WARN_ONLY", "false"),
@@ -356,7 +357,7 @@ def test_unknown_keys_in_the_file_with_did_you_mean(repo):
         ("unknown-setting", f"{path}:4 [tool.megatron-estimator] colour", "'colour' is not a setting"),
     ]
     assert problems[0].message.endswith(
-        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, megatron-version, resume, warn-only, accept-flags)")
+        "(settings: budget, gpu, format, cuda-context, nccl-buffers, fragmentation, routing-imbalance, flash-attn, stack, megatron-version, resume, warn-only, accept-flags)")
 
 
 def test_unknown_environment_variables_in_our_namespace(repo):
@@ -457,6 +458,7 @@ def test_settings_are_frozen_and_report_their_sources(repo):
         ("fragmentation", "0.07 (7%)", "command line --fragmentation"),
         ("routing-imbalance", "0 (0%)", "default"),
         ("flash-attn", ">= 2.4.1 (assumed)", "default"),
+        ("stack", "not stated", "default"),
         ("megatron-version", "detected, else main", "default"),
         ("resume", "auto", "default"),
         ("warn-only", "true", "MEGATRON_ESTIMATOR_WARN_ONLY"),

@@ -27,7 +27,7 @@ changes for memory:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 # name as reported -> distribution names, first found wins
@@ -66,40 +66,64 @@ FLASH_EFFECT = ("Transformer Engine's flash attention; deterministic training be
                 "needs flash-attn >= 2.4.1, else unfused attention (s^2 memory)")
 
 
+def stated_found(stated: dict[str, str]) -> dict[str, tuple[str, str] | None]:
+    """``parse_stack``'s answer in ``detect_job_stack``'s form: a package stated ``none`` is not
+    installed, one not stated is not known (absent)."""
+    return {name: (None if version == "none" else (version, "")) for name, version in stated.items()}
+
+
 def stack_facts(found: dict[str, tuple[str, str] | None], flash_setting: str | None = None,
-                flash_source: str = "the flash-attn setting") -> tuple[str | None, tuple[StackPackage, ...]]:
-    """``(flash_attn for the estimate, records)`` from ``detect_job_stack``'s answer and the
-    ``flash-attn`` setting (None: not given; given, it wins over what was found)."""
+                flash_source: str = "the flash-attn setting", stated: str | None = None
+                ) -> tuple[str | None, str | None, tuple[StackPackage, ...]]:
+    """``(flash_attn, transformer_engine for the estimate, records)`` from ``detect_job_stack``'s
+    answer (or ``stated_found``'s, with ``stated`` naming where the user stated it: then a
+    package not named stays unknown) and the ``flash-attn`` setting (None: not given; given, it
+    wins over what was found)."""
+    def origin(entry) -> str:
+        return stated if stated is not None else f"installed: {entry[1]}"
+
     torch, te, flash = found.get("torch"), found.get("transformer-engine"), found.get("flash-attn")
-    seen = torch is not None          # the job's site-packages were looked at
+    seen = torch is not None if stated is None else None    # the job's site-packages were looked at
     records = []
     if torch is not None:
-        records.append(StackPackage("torch", torch[0], f"installed: {torch[1]}",
+        records.append(StackPackage("torch", torch[0], origin(torch),
                                     "context only: the estimate does not depend on the PyTorch version"))
-    else:
+    elif stated is None:
         records.append(StackPackage("torch", None, "not found on the job's path",
                                     "no package metadata of the job's stack was seen; the estimate assumes "
                                     "Transformer Engine and flash-attn >= 2.4.1 as without detection"))
     if te is not None:
-        records.append(StackPackage("transformer-engine", te[0], f"installed: {te[1]}",
+        records.append(StackPackage("transformer-engine", te[0], origin(te),
                                     "its version is checked where Megatron's validate_args asks for a minimum; "
                                     "for memory context only: --transformer-impl transformer_engine and "
                                     "--attention-backend auto (flash or fused attention) are modelled whatever "
                                     "its version"))
-    elif seen:
-        records.append(StackPackage("transformer-engine", None, "not installed (no metadata on the job's path)",
+    elif seen or (stated is not None and "transformer-engine" in found):
+        records.append(StackPackage("transformer-engine", None, stated or "not installed (no metadata on the job's path)",
                                     "--transformer-impl transformer_engine needs it (megatron/core/models/gpt/"
                                     "gpt_layer_specs.py); the estimate still assumes it, or give "
                                     "--transformer-impl local (unfused attention, s^2 memory)"))
+    # a stated series (2.x) answers no minimum-version question: the default assumption holds
+    te_version = te[0] if te is not None and not te[0].endswith(".x") else None
     if flash_setting is not None:
         detected = f"; installed {flash[0]} not used" if flash is not None and flash[0] != flash_setting else ""
         records.append(StackPackage("flash-attn", flash_setting, flash_source + detected, FLASH_EFFECT))
-        return flash_setting, tuple(records)
+        return flash_setting, te_version, tuple(records)
     if flash is not None:
-        records.append(StackPackage("flash-attn", flash[0], f"installed: {flash[1]}", FLASH_EFFECT))
-        return flash[0], tuple(records)
-    if seen:
-        records.append(StackPackage("flash-attn", "none", "not installed (no metadata on the job's path)",
+        records.append(StackPackage("flash-attn", flash[0], origin(flash), FLASH_EFFECT))
+        return (None if flash[0].endswith(".x") else flash[0]), te_version, tuple(records)
+    if seen or (stated is not None and "flash-attn" in found):
+        records.append(StackPackage("flash-attn", "none", stated or "not installed (no metadata on the job's path)",
                                     FLASH_EFFECT))
-        return "none", tuple(records)
-    return None, tuple(records)
+        return "none", te_version, tuple(records)
+    return None, te_version, tuple(records)
+
+
+def with_stack(overheads, found: dict, settings=None, stated: str | None = None):
+    """``(overheads with the stack's flash-attn and Transformer Engine facts, records)``: the one
+    mapping from a stack (``detect_job_stack``'s or ``stated_found``'s) to what the estimate
+    takes; ``settings``' flash-attn, when given, wins."""
+    flash = settings.entry("flash-attn") if settings is not None else None
+    given = (settings.flash_attn, flash.source) if flash is not None and flash.given else (None,)
+    flash_attn, te, records = stack_facts(found, *given, stated=stated)
+    return replace(overheads, flash_attn=flash_attn, transformer_engine=te), records

@@ -17,7 +17,11 @@ Three kinds of line are read; everything else in the log is passed over.
   (MB) | allocated: A | max allocated: B | reserved: C | max reserved: D``, optionally
   ``| total device memory used: E`` (``--log-device-memory-used``); each figure is MiB
   (``/ (1024 * 1024)``) with two decimals.  Only data-parallel rank 0 of each model-parallel
-  group prints one.
+  group prints one.  The name says when: ``(after K iterations)`` (training.py
+  ``training_log``, K optimizer steps done), ``(before|after save_checkpoint for iteration K)``
+  (training.py ``save_checkpoint_and_time``); ``MemoryReport.iteration`` is K.
+- checkpointing.py ``load_checkpoint``'s ``  successfully loaded checkpoint from DIR [ t 1/2,
+  p 1/1 ] at iteration N``: the iteration training resumes after (``MegatronLog.loaded_iteration``).
 - PyTorch's CUDA out-of-memory message (c10/cuda/CUDACachingAllocator.cpp ``malloc``):
   ``CUDA out of memory. Tried to allocate X. GPU D has a total capacity of T of which F is
   free. [Process P has M memory in use. ]*[Including non-PyTorch memory, this process has M
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,10 @@ MEMORY = re.compile(
     rf" \| allocated: {_MIB_FIGURE} \| max allocated: {_MIB_FIGURE}"
     rf" \| reserved: {_MIB_FIGURE} \| max reserved: {_MIB_FIGURE}"
     rf"(?: \| total device memory used: {_MIB_FIGURE})?")
+# The iteration a report_memory name was printed at: "(after K iterations)",
+# "(before save_checkpoint for iteration K)".
+REPORT_ITERATION = re.compile(r"after (\d{1,12}) iterations|for iteration (\d{1,12})")
+LOADED = re.compile(r"successfully loaded checkpoint from .* at iteration (?P<iteration>\d{1,12})")
 _SIZE = r"\d{1,20}(?:\.\d{1,15})? (?:bytes|KiB|MiB|GiB)"
 OOM = re.compile(
     rf"CUDA out of memory\. Tried to allocate (?P<requested>{_SIZE})\. GPU (?P<device>\d{{1,9}}) has a total "
@@ -87,6 +95,12 @@ class MemoryReport:
     device_used: int | None    # total device memory used (--log-device-memory-used)
     location: str
 
+    @property
+    def iteration(self) -> int | None:
+        """The optimizer steps done when the line was printed; None for a name that says none."""
+        match = REPORT_ITERATION.search(self.name)
+        return None if match is None else int(match.group(1) or match.group(2))
+
 
 @dataclass(frozen=True)
 class OutOfMemory:
@@ -117,6 +131,8 @@ class MegatronLog:
     out_of_memory: tuple[OutOfMemory, ...] = ()
     notes: tuple[str, ...] = ()
     derived: dict[str, str] = field(default_factory=dict)   # namespace-only attributes, as printed
+    loaded_iteration: int | None = None       # "successfully loaded checkpoint ... at iteration N"
+    loaded_location: str | None = None
 
 
 def size_bytes(text: str) -> int:
@@ -162,6 +178,7 @@ def parse_megatron_log(text: str, name: str = "log", release: str = "main") -> M
     ooms: list[OutOfMemory] = []
     offsets: dict[str, int] = {}     # torchrun stream -> global rank minus local rank
     torchrun_ooms: list[tuple[str, int, dict, str]] = []
+    loaded: tuple[int, str] | None = None
     for number, line in enumerate(lines, start=1):
         line = line.rstrip("\r")
         stream, prefix_rank, body = _split_prefix(line)
@@ -188,6 +205,11 @@ def parse_megatron_log(text: str, name: str = "log", release: str = "main") -> M
             if stream is not None and stream.startswith("["):
                 offsets.setdefault(stream, rank - prefix_rank)
             continue
+        if loaded is None and "successfully loaded checkpoint" in body:
+            match = LOADED.search(body)
+            if match:
+                loaded = int(match.group("iteration")), where
+                continue
         match = OOM.search(body)
         if match:
             if stream is not None and stream.startswith("["):
@@ -202,12 +224,13 @@ def parse_megatron_log(text: str, name: str = "log", release: str = "main") -> M
         else:
             ooms.append(_oom(groups, local, f"torchrun prefix {stream} gives the local rank, read as the "
                              "global rank (the log of the first node)", where))
+    load = {} if loaded is None else {"loaded_iteration": loaded[0], "loaded_location": loaded[1]}
     if header_line is None:
         return MegatronLog(RawArgs(source=name), (Problem(
             "no-arguments-block", name,
             "no Megatron arguments block in the log (the '------------------------ arguments "
             "------------------------' lines rank 0 prints at start-up); the configuration cannot "
-            "be rebuilt from it"),), memory=tuple(memory), out_of_memory=tuple(ooms))
+            "be rebuilt from it"),), memory=tuple(memory), out_of_memory=tuple(ooms), **load)
     notes: list[str] = []
     if end_line is None:
         notes.append(f"{name}:{header_line}: the arguments block has no end line (a truncated log): "
@@ -216,7 +239,7 @@ def parse_megatron_log(text: str, name: str = "log", release: str = "main") -> M
             dropped = block.pop()
             notes.append(f"{name}:{dropped[0]}: its last line is cut off mid-line and is not read")
     cut_after = None if end_line is not None else (block[-1][0] if block else header_line)
-    return _settings(block, name, tuple(memory), tuple(ooms), notes, cut_after, release)
+    return replace(_settings(block, name, tuple(memory), tuple(ooms), notes, cut_after, release), **load)
 
 
 def _oom(groups: dict, rank: int | None, source: str, where: str) -> OutOfMemory:

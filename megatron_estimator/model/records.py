@@ -96,7 +96,6 @@ class StageEstimate:
     peak_moment: str
     details: tuple[tuple[str, int], ...] = ()   # named byte counts behind the totals
     budget_bytes: int | None = None
-    imbalanced_peak_bytes: int | None = None    # device peak under the configured MoE routing imbalance
     # A hybrid stage's layer symbols per model chunk ("M*M-", "M-|*E" with virtual stages) and
     # its MTP layers' ("/MM" per depth); None for a GPT decoder.
     layer_kinds: str | None = None
@@ -142,7 +141,6 @@ class StageEstimate:
             "fits": self.fits,
             "microbatches_in_flight": list(self.microbatches_in_flight),
             "peak_moment": self.peak_moment,
-            "imbalanced_device_peak_bytes": self.imbalanced_peak_bytes,
             "details": dict(self.details),
             **({"layer_kinds": self.layer_kinds} if self.layer_kinds is not None else {}),
             **({"modules": [m.to_json() for m in self.modules]} if self.modules else {}),

@@ -459,7 +459,17 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
 
     if shared is None:
         shared = shared_terms(config, overheads, environ)
-    terms = _stage_terms(config, structure, overheads.compute_capability, shared)
+    imbalance = overheads.routing_imbalance if config.model.moe is not None else 0.0
+    if imbalance > 0:
+        # --routing-imbalance F: this stage is the busiest expert rank's, whose experts receive
+        # (1 + F) times the even share of routed tokens (activations.routed_rows, capped by the
+        # capacity factor); every activation term that scales with routed tokens (the MoE
+        # MLP's saved tensors and dispatch buffers, their recompute and offload) grows with it
+        chunks = tuple(_chunk_activations(config, chunk[1], pre_process, chunk[2], chunk[3], imbalance)
+                       for chunk, pre_process in structure)
+        terms = _terms_of(config, structure, chunks, overheads.compute_capability, shared)
+    else:
+        terms = _stage_terms(config, structure, overheads.compute_capability, shared)
     weights = terms.chunk_weights
     inflight = microbatches_in_flight(p.pp, stage.pp_rank, p.vpp, config.training.num_microbatches,
                                       config.split.microbatch_group_size, weights,
@@ -488,15 +498,6 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("deferred_embedding_wgrad", deferred),
         ("checkpoint_load_buffers", exchange),
     )
-    imbalanced = None
-    if config.model.moe is not None and overheads.routing_imbalance > 0:
-        hot = sum(n * _chunk_activations(config, chunk[1], pre_process, chunk[2], chunk[3],
-                                         overheads.routing_imbalance).kept
-                  for n, (chunk, pre_process) in zip(inflight.chunk_microbatches, structure))
-        extra = hot - (activations - deferred)
-        hot_total = memory.total + extra
-        imbalanced = hot_total + device.cuda_context + device.communication_buffers + int(
-            hot_total * overheads.fragmentation)
     return StageEstimate(
         pipeline_rank=stage.pp_rank,
         layer_indices=stage.layers,
@@ -507,7 +508,6 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         peak_moment=f"{inflight.description}; transient: {terms.transient_moment}",
         details=details,
         budget_bytes=budget,
-        imbalanced_peak_bytes=imbalanced,
         layer_kinds=_stage_kinds(config, stage),
     )
 

@@ -139,7 +139,9 @@ class LayoutActivations:
         kind = self.search.pattern[index]
         value = self._layers.get(kind)
         if value is None:
-            value = self._layers[kind] = act.layer_activations(self.cfg, index).total
+            # the busiest expert rank's routed tokens, as estimate_stage counts them
+            imbalance = self.search.overheads.routing_imbalance
+            value = self._layers[kind] = act.layer_activations(self.cfg, index, imbalance).total
         return value
 
     def chunk(self, chunk_id: int, chunk: ModelChunk, rec: Recompute, rid: int | None = None

@@ -89,9 +89,11 @@ def _optimizer(a: Assumed) -> str:
 
 
 def _routing(a: Assumed) -> str:
-    return ("MoE tokens spread evenly over the expert ranks"
-            + (f"; the imbalanced peak assumes the hottest rank receives {a.value:.0%} more"
-               if a.value else " (set --routing-imbalance for a hot-rank margin)"))
+    if a.value:
+        return (f"MoE routing imbalance: every stage is estimated for its busiest expert rank, whose "
+                f"experts receive {a.value:.0%} more than the even share of routed tokens (--routing-imbalance; "
+                "the routed-token activations grow with it, within the capacity factor)")
+    return "MoE tokens spread evenly over the expert ranks (--routing-imbalance F: the busiest rank receives F more)"
 
 
 def _resume(a: Assumed) -> str:

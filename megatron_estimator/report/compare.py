@@ -11,7 +11,7 @@ import json
 
 from megatron_estimator.report.text import _table, gib, render_text, verdict_to_json
 
-RANK_COLUMNS = ("rank", "stage", "max alloc", "est alloc", "error", "max reserved", "est reserved", "error",
+RANK_COLUMNS = ("rank", "stage", "iteration", "max alloc", "est alloc", "error", "max reserved", "est reserved", "error",
                 "est device", "error")
 
 
@@ -41,13 +41,18 @@ def render_compare_text(comparison) -> str:
         return out + "\n"
     lines = [out, "", "  measured (report_memory, MiB figures) against the estimate of the rank's stage, GiB:"]
     if comparison.ranks:
-        rows = [[str(r.rank), str(r.pipeline_rank), gib(r.measured_max_allocated_bytes), gib(r.allocated_peak_bytes),
+        rows = [[str(r.rank), str(r.pipeline_rank), "-" if r.iteration is None else
+                 str(r.iteration) + ("*" if r.state != "steady" else ""),
+                 gib(r.measured_max_allocated_bytes), gib(r.allocated_peak_bytes),
                  _percent(r.allocated_error), gib(r.measured_max_reserved_bytes), gib(r.reserved_estimate_bytes),
                  _percent(r.reserved_error), gib(r.device_peak_bytes), _percent(r.device_error)]
                 for r in comparison.ranks]
         lines += ["  " + line for line in _table(rows, RANK_COLUMNS)]
         lines.append("  error = (estimate - measured) / measured; est reserved = allocated peak + fragmentation; "
                      "est device also holds the CUDA context and NCCL buffers, which reserved does not")
+        if any(r.state != "steady" for r in comparison.ranks):
+            lines.append("  iteration*: logged by the end of the step that creates the optimizer's moments: "
+                         "estimated without them")
     else:
         lines.append("  no rank logged memory")
     for oom in comparison.out_of_memory:

@@ -187,9 +187,6 @@ def _text_block(verdict: Verdict, verbose: bool = False) -> str:
     lines.append("  GiB per GPU; * marks the peak stage; peak = allocated + CUDA context, NCCL buffers, fragmentation")
     lines.append(f"  peak stage {peak.pipeline_rank}: allocated {gib(peak.allocated_peak_bytes)} GiB "
                  f"(torch.cuda.max_memory_allocated), device {gib(peak.device_peak_bytes)} GiB; {peak.peak_moment}")
-    if any(s.imbalanced_peak_bytes for s in e.stages):
-        worst = max(s.imbalanced_peak_bytes or 0 for s in e.stages)
-        lines.append(f"  with the routing imbalance margin the peak is {gib(worst)} GiB")
     if verbose:
         lines.append("")
         lines.append("  modules per stage:")

@@ -34,17 +34,71 @@ def relative_error(estimated: int, measured: int) -> float | None:
 
 
 @dataclass(frozen=True)
+class MomentsTiming:
+    """When the optimizer's moments come to exist in the logged run.
+
+    Megatron's optimizers create them lazily, in the first ``step()``: torch.optim.Adam(W)
+    ``_init_group`` (``state['exp_avg'] = torch.zeros_like(p)``), TE's FusedAdam (the one
+    megatron/core/optimizer/__init__.py imports first; transformer_engine/pytorch/optimizers/
+    fused_adam.py ``step``: ``if len(state) == 0: self.initialize_state(p, ...)``) and Apex's
+    FusedAdam alike; the distributed optimizer wraps them and creates no state at
+    construction (megatron/core/optimizer/distrib_optimizer.py).  Only loading a checkpoint's
+    optimizer state creates them before the first step: ``init_state_fn``
+    (optimizer/__init__.py, zeros for exp_avg / exp_avg_sq) runs from
+    ``sharded_state_dict(is_loading=True)`` (optimizer.py), which load_checkpoint
+    (megatron/training/checkpointing.py) calls unless --finetune or --no-load-optim.  So until
+    the first step of the run ends, the forward and backward passes run without the moments;
+    Megatron reports again after the second iteration for that reason (training.py
+    ``training_log``, core_v0.16.1 lines 2093-2101)."""
+    first_step: int | None     # the iteration whose step creates them; None: they exist from the start
+    why: str
+
+
+def moments_timing(log) -> MomentsTiming:
+    """From the log's checkpoint load line and --finetune / --no-load-optim."""
+    loaded = log.loaded_iteration
+    skip = [flag for flag, dest in (("--finetune", "finetune"), ("--no-load-optim", "no_load_optim"))
+            if log.raw.value(dest, False)]
+    if loaded is None:
+        return MomentsTiming(1, "no checkpoint loaded: the first optimizer step creates the Adam moments")
+    if skip:
+        return MomentsTiming(loaded + 1, f"{log.loaded_location}: checkpoint loaded at iteration {loaded} "
+                             f"without its optimizer state ({', '.join(skip)}): the next step creates the moments")
+    return MomentsTiming(None, f"{log.loaded_location}: checkpoint loaded at iteration {loaded} with its "
+                         "optimizer state: the moments exist from the start")
+
+
+def estimate_at(stage, iteration: int | None, timing: MomentsTiming) -> tuple[int, str]:
+    """The stage's allocated peak up to the end of ``iteration`` (the logged max allocated is
+    the peak since start-up: Megatron never resets it), and which state that is.
+
+    Through the step that creates the moments the peak is the larger of the forward/backward
+    peak without them (the estimate's peak less ``optimizer_moments``) and the step itself,
+    where the moments exist and the held activations are freed (the peak less
+    ``activations``): the steady peak less the smaller of the two.  After it, the estimate's
+    steady-state peak."""
+    if timing.first_step is None or iteration is None or iteration > timing.first_step:
+        return stage.allocated_peak_bytes, "steady"
+    moments = dict(stage.details).get("optimizer_moments", 0)
+    return stage.allocated_peak_bytes - min(moments, stage.bytes.activations), "before the moments"
+
+
+@dataclass(frozen=True)
 class RankComparison:
-    """One rank's logged peaks (the largest over its ``report_memory`` lines) and its stage's estimate."""
+    """One rank's logged peaks (the largest over its ``report_memory`` lines) and its stage's
+    estimate at the time of the line that logged the largest max allocated (``estimate_at``)."""
     rank: int
     pipeline_rank: int
     reports: int
-    location: str                       # the rank's last report_memory line
+    location: str                       # the report_memory line compared (largest max allocated)
     measured_max_allocated_bytes: int
     measured_max_reserved_bytes: int
     allocated_peak_bytes: int           # the stage's estimate (torch.cuda.max_memory_allocated)
     reserved_estimate_bytes: int        # allocated peak + the fragmentation term
     device_peak_bytes: int              # + CUDA context and NCCL buffers, which reserved does not hold
+    iteration: int | None = None        # when that line was printed (None: its name says none)
+    state: str = "steady"               # "steady" or "before the moments" (estimate_at)
+    steady_allocated_peak_bytes: int | None = None   # the stage's steady-state estimate
 
     @property
     def allocated_error(self) -> float | None:
@@ -68,7 +122,8 @@ class RankComparison:
             "reserved_estimate_bytes": self.reserved_estimate_bytes,
             "device_peak_bytes": self.device_peak_bytes,
             "allocated_error": self.allocated_error, "reserved_error": self.reserved_error,
-            "device_error": self.device_error,
+            "device_error": self.device_error, "iteration": self.iteration, "state": self.state,
+            "steady_allocated_peak_bytes": self.steady_allocated_peak_bytes,
         }
 
 
@@ -135,9 +190,11 @@ class LogComparison:
         return self.verdict.exit_code if self.verdict.estimate is None else 0
 
 
-def compare_ranks(log, estimate: Estimate, tp_pp_dp: bool) -> tuple[RankComparison, ...]:
-    """Per rank that logged memory: its largest logged peaks against its stage's estimate."""
+def compare_ranks(log, estimate: Estimate, tp_pp_dp: bool, fragmentation: float) -> tuple[RankComparison, ...]:
+    """Per rank that logged memory: its largest logged peaks against its stage's estimate at
+    the time they were logged (``estimate_at``; ``fragmentation``: the fraction the estimate used)."""
     p = estimate.parallelism
+    timing = moments_timing(log)
     by_rank: dict[int, list] = {}
     for report in log.memory:
         by_rank.setdefault(report.rank, []).append(report)
@@ -148,14 +205,29 @@ def compare_ranks(log, estimate: Estimate, tp_pp_dp: bool) -> tuple[RankComparis
         if rank >= estimate.world_size:
             continue
         stage = stages[pipeline_rank_of(rank, estimate.world_size, p["tp"], p["cp"], p["pp"], tp_pp_dp)]
+        # the peak since start-up: the largest, and of equal ones the latest line
+        top = max(enumerate(reports), key=lambda ir: (ir[1].max_allocated, ir[0]))[1]
+        allocated, state = estimate_at(stage, top.iteration, timing)
+        frag = int(allocated * fragmentation)
+        o = stage.device_overhead
         out.append(RankComparison(
-            rank=rank, pipeline_rank=stage.pipeline_rank, reports=len(reports), location=reports[-1].location,
-            measured_max_allocated_bytes=max(r.max_allocated for r in reports),
+            rank=rank, pipeline_rank=stage.pipeline_rank, reports=len(reports), location=top.location,
+            measured_max_allocated_bytes=top.max_allocated,
             measured_max_reserved_bytes=max(r.max_reserved for r in reports),
-            allocated_peak_bytes=stage.allocated_peak_bytes,
-            reserved_estimate_bytes=stage.allocated_peak_bytes + stage.device_overhead.fragmentation,
-            device_peak_bytes=stage.device_peak_bytes))
+            allocated_peak_bytes=allocated,
+            reserved_estimate_bytes=allocated + frag,
+            device_peak_bytes=allocated + o.cuda_context + o.communication_buffers + frag,
+            iteration=top.iteration, state=state, steady_allocated_peak_bytes=stage.allocated_peak_bytes))
     return tuple(out)
+
+
+def timing_notes(log, ranks: tuple[RankComparison, ...]) -> list[str]:
+    """The note that says why some ranks are compared with the state before the moments."""
+    early = [r.rank for r in ranks if r.state != "steady"]
+    if not early:
+        return []
+    return [f"ranks {early} logged their peak by the end of the step that creates the optimizer's moments: "
+            f"compared with the estimate without them ({moments_timing(log).why})"]
 
 
 def compare_ooms(log, estimate: Estimate, tp_pp_dp: bool) -> tuple[OomComparison, ...]:

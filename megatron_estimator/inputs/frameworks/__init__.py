@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Sequence
 

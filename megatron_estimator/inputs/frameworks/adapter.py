@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any, Callable
 
