@@ -180,3 +180,54 @@ def test_megatron_core_divide_refuses_an_uneven_ffn_split():
     assert divide(1002, 2) == 501
     with pytest.raises(AssertionError):
         divide(1001, 2)
+
+
+# -- estimate --env / --job-env: the job's environment rules become errors ---------------------
+
+TP2 = BASE + " --tensor-model-parallel-size 2"
+
+
+def _estimate(*options, env=None):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("MEGATRON_ESTIMATOR_", "NVTE_", "NCCL_")) and k not in ("WORLD_SIZE", "CUDA_DEVICE_MAX_CONNECTIONS")}
+    environ.update({"PYTHONPATH": str(repo)}, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "megatron_estimator", "estimate", "--world-size", "2", *options,
+                           "--", *TP2.split()], capture_output=True, text=True, env=environ, cwd=repo, timeout=120)
+
+
+def test_estimate_checks_the_job_environment_only_when_given():
+    # megatron/training/arguments.py validate_args (d98e8a64 lines 1453-1478): TP 2 before Blackwell
+    # asserts CUDA_DEVICE_MAX_CONNECTIONS == "1".  No --gpu: Hopper (9.0) is assumed, and said.
+    plain = _estimate()
+    assert plain.returncode in (0, 1), plain.stdout
+    assert "job environment (not checked here)" in plain.stdout and "CUDA_DEVICE_MAX_CONNECTIONS" in plain.stdout
+    assert "compute capability 9" in plain.stdout and "no --gpu named" in plain.stdout
+    # --env: exactly these variables are the job's (this shell's are not)
+    missing = _estimate("--env", "NCCL_DEBUG=INFO", env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert missing.returncode == 2 and "[cuda-device-max-connections]" in missing.stdout, missing.stdout
+    given = _estimate("--env", "CUDA_DEVICE_MAX_CONNECTIONS=1")
+    assert given.returncode in (0, 1) and "[cuda-device-max-connections]" not in given.stdout, given.stdout
+    # --job-env: this shell's environment is the job's
+    shell_unset = _estimate("--job-env")
+    assert shell_unset.returncode == 2 and "(it is unset) [cuda-device-max-connections]" in shell_unset.stdout
+    shell_set = _estimate("--job-env", env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert shell_set.returncode in (0, 1), shell_set.stdout
+    # --env on top of --job-env wins
+    over = _estimate("--job-env", "--env", "CUDA_DEVICE_MAX_CONNECTIONS=8", env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert over.returncode == 2 and "(it is 8)" in over.stdout
+    # Blackwell (compute capability 10) has no such requirement: --gpu named, nothing assumed
+    blackwell = _estimate("--gpu", "B200", "--env", "NCCL_DEBUG=INFO")
+    assert blackwell.returncode in (0, 1) and "no --gpu named" not in blackwell.stdout, blackwell.stdout
+
+
+def test_estimate_env_needs_key_equals_value():
+    bad = _estimate("--env", "CUDA_DEVICE_MAX_CONNECTIONS")
+    assert bad.returncode == 2
+    assert "--env 'CUDA_DEVICE_MAX_CONNECTIONS': give KEY=VALUE" in bad.stderr
+    assert "Traceback" not in bad.stderr
