@@ -380,7 +380,8 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
                               compute_capability=compute_capability, flash_attn=overheads.flash_attn,
                               resume=overheads.resume, transformer_engine=overheads.transformer_engine,
                               launch_location=inp.launch_location, job_environment=inp.job_environment, family=family,
-                              release=inp.release)
+                              release=inp.release,
+                              assumed_compute_capability=None if compute_capability else overheads.compute_capability)
 
     try:
         config = resolve(overheads.compute_capability if overheads.gpu_known else None)

@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _model_source(p)
     _seed_options(p)
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a variable of the job's environment (repeatable): the rules on the job's environment "
+                        "(CUDA_DEVICE_MAX_CONNECTIONS, NVTE_*, NCCL_ALGO, ...) become errors, checked against these "
+                        "variables (and this shell's with --job-env); without --env / --job-env they are notes")
+    p.add_argument("--job-env", action="store_true",
+                   help="this shell's environment is the job's: check the environment rules against it "
+                        "(with any --env on top)")
     p.add_argument("megatron_args", nargs=argparse.REMAINDER, metavar="-- MEGATRON_FLAGS")
 
     p = sub.add_parser("run", help="check a launch command, then run it unchanged if it fits",
@@ -346,7 +353,8 @@ def cmd_estimate(ns, environ) -> int:
     inp, problems = with_options(inp, problems, options, flags=args, seed_style=not args, environ=environ)
     world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source, environ=environ)
     problems = tuple(problems) + world_problems
-    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
+    inp, job_environ = _job_environment(ns, inp, environ)
+    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=job_environ,
                        problems=problems, suggest=True, **_estimate_options(settings))
     verdict = _with_settings_problems(verdict, settings_problems)
     if settings.stack:
@@ -355,6 +363,24 @@ def cmd_estimate(ns, environ) -> int:
         verdict = replace(verdict, stack=_stated_stack_records(settings))
     _emit(_render([verdict], settings.format, ns.verbose), sys.stdout)
     return verdict.exit_code
+
+
+def _job_environment(ns, inp, environ):
+    """``estimate --env KEY=VALUE`` (repeatable) and ``--job-env``: the job's environment is
+    given, so its rules are errors (as in ``run`` and a launch script).  Returns the input and
+    the environment to check it in; without either option, this shell's (its rules stay notes)."""
+    if not ns.env and not ns.job_env:
+        return inp, environ
+    from dataclasses import replace
+
+    given = {}
+    for item in ns.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name or any(c.isspace() or c == "=" for c in name):
+            raise UsageError(f"--env {item!r}: give KEY=VALUE, e.g. --env CUDA_DEVICE_MAX_CONNECTIONS=1")
+        given[name] = value
+    inp = replace(inp, environment={**inp.environment, **given}, job_environment=True)
+    return inp, (environ if ns.job_env else {})
 
 
 def cmd_run(ns, environ) -> int:

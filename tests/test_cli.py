@@ -342,7 +342,10 @@ def test_a_bad_setting_is_reported_with_the_configurations_problems():
 
 def test_check_takes_the_scripts_arguments_and_the_world_size(tmp_path):
     path = tmp_path / "train.sh"
-    path.write_text("torchrun --nproc_per_node 8 --nnodes $1 pretrain_gpt.py " + TINY_GPT + ' "${@:2}"\n')
+    # tp 2 without a named GPU: Hopper is assumed, where Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1
+    # (megatron/training/arguments.py validate_args), so the launch line sets it
+    path.write_text("CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes $1 pretrain_gpt.py " + TINY_GPT
+                    + ' "${@:2}"\n')
     unknown = run(["check", str(path)])
     assert unknown.returncode == 2
     assert f"error: {path}:1 $1: $1 is the script's argument 1, which was not given" in unknown.stdout

@@ -94,6 +94,13 @@ def test_a_job_invalid_on_a_gpu_does_not_fit_there(connections, expected_capabil
     inp = replace(inp, job_environment=True)
     environ = {} if connections is None else {"CUDA_DEVICE_MAX_CONNECTIONS": connections}
     verdict = api.evaluate(inp, world_size=2, environ=environ)
+    if connections is None:
+        # No GPU named: the rule assumes Hopper (Overheads.compute_capability 9.0) and stops the job
+        # there; named as a Blackwell GPU, it is estimated
+        assert [p.code for p in verdict.problems] == ["cuda-device-max-connections"]
+        assert "assumed: no --gpu named" in verdict.problems[0].message
+        verdict = api.evaluate(inp, world_size=2, environ=environ,
+                               overheads=Overheads(compute_capability=10.0, gpu_known=True))
     assert verdict.estimate is not None and verdict.estimate.peak_stage.device_peak_bytes < 3 * GiB
     assert verdict.estimate.fits_on == tuple(g.name for g in GPUS if g.compute_capability_value >= expected_capability)
 

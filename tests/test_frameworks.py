@@ -25,7 +25,9 @@ MODEL = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 10
 
 def launch(argv, cwd, accept=()):
     inp, problems, _command = api.input_from_launch(argv, environ={"PWD": str(cwd)}, accept_flags=accept)
-    return api.evaluate(inp, problems=problems, environ={})
+    # The launch's environment is the job's; with no GPU named Hopper is assumed, where TP / CP need
+    # CUDA_DEVICE_MAX_CONNECTIONS=1 (megatron/training/arguments.py validate_args): the job sets it.
+    return api.evaluate(inp, problems=problems, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
 
 
 def codes(verdict):

@@ -49,7 +49,8 @@ GPT_CASES = [
     (GPT8, 8, "--num-experts 8 --expert-model-parallel-size 2 --use-megatron-fsdp "
               "--data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion "
               "--ckpt-format fsdp_dtensor"),
-    (GPT8, 8, "--pipeline-model-parallel-size 2 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads "
+    # Megatron-FSDP without pipeline parallelism: its device mesh has none (mcore_fsdp_adapter.py _get_dp_tp_mesh)
+    (GPT8, 8, "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads "
               "--no-gradient-accumulation-fusion --ckpt-format fsdp_dtensor"),
     (GPT8, 8, "--num-experts 8 --expert-model-parallel-size 2 --optimizer muon --use-distributed-optimizer"),
     (GPT8, 8, "--num-experts 8 --expert-model-parallel-size 2 --optimizer muon "

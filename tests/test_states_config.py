@@ -31,8 +31,9 @@ LAYOUTS = [
     ["--num-layers-per-virtual-pipeline-stage", "2"],
     ["--untie-embeddings-and-output-weights", "--mtp-num-layers", "1", "--position-embedding-type", "rope"],
     ["--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer"],
+    # pipeline 1: Megatron-FSDP's device mesh has no pipeline dimension (mcore_fsdp_adapter.py _get_dp_tp_mesh)
     ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer",
-     "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"],
+     "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor", "--pipeline-model-parallel-size", "1"],
     ["--load", "/ckpt/run", "--use-distributed-optimizer"],      # resumed: the load's buffers
 ]
 TRAINING = [

@@ -176,6 +176,9 @@ def test_a_mistyped_value_does_not_hide_the_other_problems():
         ("world-size-not-divisible", "--tensor-model-parallel-size"),
         ("heads-not-dividing-hidden", "--num-attention-heads"),
         ("seq-length-exceeds-positions", "--seq-length"),
+        # --ffn-hidden-size defaults to 4 x 4096 = 16384, and 16384 / tp 3 is not whole: the dense
+        # MLP's tensor-parallel split (megatron/core/utils.py divide) stops the model build
+        ("ffn-hidden-size-vs-tp", "--tensor-model-parallel-size"),
     ]
     # The same from a mapping, where the type error is the schema's.
     mapping = {"num_layers": "abc", "hidden_size": 4096, "num_attention_heads": 30, "tensor_model_parallel_size": 3,
@@ -183,7 +186,8 @@ def test_a_mistyped_value_does_not_hide_the_other_problems():
     inp, problems = api.input_from_mapping(mapping)
     verdict = api.evaluate(inp, world_size=8, problems=problems, environ={})
     assert [p.code for p in verdict.problems] == [
-        "wrong-type", "world-size-not-divisible", "heads-not-dividing-hidden", "seq-length-exceeds-positions"]
+        "wrong-type", "world-size-not-divisible", "heads-not-dividing-hidden", "seq-length-exceeds-positions",
+        "ffn-hidden-size-vs-tp"]
 
 
 def test_a_tokenizer_file_that_cannot_be_read_is_a_problem_not_a_fallback(tmp_path):

@@ -29,6 +29,8 @@ from megatron_estimator.config.vocab import unreadable_tokenizer_file, vocabular
 ENVIRONMENT_RULES = {"cuda-device-max-connections", "fsdp-cuda-device-max-connections",
                      "deterministic-mode-environment", "transformer-engine-environment",
                      "cuda-graph-nccl-graph-register"}
+# What a rule assumed (the GPU generation when none is named): always a note.
+ASSUMPTION_RULES = {"gpu-generation-assumed"}
 
 SIZE_DESTS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
               "expert_model_parallel_size", "expert_tensor_parallel_size")
@@ -59,9 +61,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
                    flash_attn: str | None = None, resume: str = "auto",
                    job_environment: bool = False, launch_location: str | None = None,
                    family: ModelFamily | None = None, transformer_engine: str | None = None,
-                   release: ChosenRelease = DEFAULT_RELEASE) -> EstimatorConfig:
+                   release: ChosenRelease = DEFAULT_RELEASE,
+                   assumed_compute_capability: float | None = None) -> EstimatorConfig:
     """``compute_capability``: the GPU's, when the user named one (checks that depend on the
-    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, run only then).
+    GPU, such as CUDA_DEVICE_MAX_CONNECTIONS before Blackwell, assume
+    ``assumed_compute_capability`` when it is None, and say so in a note; with neither they do not run).
     ``flash_attn``: the job's flash-attn version, ``"none"``, or None for >= 2.4.1 (the
     attention kernel Transformer Engine picks in deterministic mode depends on it).
     ``resume``: whether the run resumes from a checkpoint, ``auto``, ``yes`` or ``no``
@@ -116,13 +120,17 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     derived["world_size_source"] = source
     run = RunContext(gpu_compute_capability=compute_capability, flash_attn=flash_attn,
                      resume=resume_of(derived, resume), job_environment=job_environment,
-                     launch_location=launch_location, transformer_engine=transformer_engine, release=release)
+                     launch_location=launch_location, transformer_engine=transformer_engine, release=release,
+                     assumed_compute_capability=assumed_compute_capability)
     try:
         rule_problems = check_rules(derived, raw, environ, run)
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError):
         if typed:
             raise
         rule_problems = []        # a rule tripped on a value set aside: its own problem is reported
+    for problem in [p for p in rule_problems if p.code in ASSUMPTION_RULES]:
+        rule_problems.remove(problem)
+        notes.append(problem.message)
     if not job_environment:
         for problem in [p for p in rule_problems if p.code in ENVIRONMENT_RULES]:
             rule_problems.remove(problem)

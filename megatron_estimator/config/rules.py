@@ -76,14 +76,18 @@ def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: Ru
     if not ns.get("group_query_attention") or not isinstance(g, int) or g <= 0:
         return  # without --group-query-attention, groups = heads, checked above
     where = raw.location("num_query_groups")
-    if g % t and t % g:
+    if _release_rule("query_groups_below_tp", run) == "1":
+        # transformer_config.py __post_init__ (d98e8a64 lines 1461-1468): a multiple or a divisor;
+        # fewer groups than TP ranks sub-shard the QKV activations in every backend
+        # (attention.py lines 353-379, f7dfb99795, 0.16.0 on: megatron_behaviour.tsv).
+        if g % t and t % g:
+            yield Problem("query-groups-vs-tp", where,
+                          f"--num-query-groups {g} must be a multiple or a divisor of tp({t})")
+    elif g % t:
+        # transformer_config.py __post_init__ (core_v0.14.0 line 696, through 0.15.x).
         yield Problem("query-groups-vs-tp", where,
-                      f"--num-query-groups {g} must be a multiple or a divisor of tp({t})")
-    elif g < t and ns.get("transformer_impl") == "local":
-        # megatron/core/transformer/dot_product_attention.py divides query groups by tp.
-        yield Problem("query-groups-vs-tp", where,
-                      f"--num-query-groups {g} is smaller than tp({t}); megatron-core's local "
-                      "attention (--transformer-impl local) needs query groups divisible by tp")
+                      f"--num-query-groups {g} must be a multiple of tp({t}) in {run.release.version} "
+                      f"({g}/{t} = {g / t:g}); fewer query groups than TP ranks need Megatron 0.16.0 or later")
     if a % g:
         yield Problem("heads-not-divisible-by-groups", where,
                       f"--num-attention-heads {a} is not divisible by --num-query-groups {g} "
@@ -548,6 +552,7 @@ def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCon
 
 @rule
 def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    yield from _moe_overlap(ns, raw)        # transformer_config.py asserts it for dense models too
     if not ns.get("num_experts"):
         return
     # megatron/core/transformer/moe/moe_layer.py: training MoE with TP needs sequence parallel
@@ -567,6 +572,11 @@ def moe_features(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCo
     if ns.get("moe_pad_expert_input_to_capacity") and ns.get("moe_expert_capacity_factor") is None:
         yield Problem("pad-needs-capacity-factor", raw.location("moe_pad_expert_input_to_capacity"),
                       "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+
+
+def _moe_overlap(ns: Namespace, raw: RawArgs) -> Iterator[Problem]:
+    # transformer_config.py __post_init__ (core_v0.14.0 lines 1298-1311 ... d98e8a64 lines
+    # 3002-3013; every release): not gated on experts, so a dense model is refused too.
     if ns.get("overlap_moe_expert_parallel_comm"):
         where = raw.location("overlap_moe_expert_parallel_comm")
         if (ns.get("pipeline_model_parallel_size") or 1) > 1 and not ns.get("virtual_pipeline_model_parallel_size"):
@@ -615,22 +625,28 @@ def activation_offloading(ns: Namespace, raw: RawArgs, env: Mapping[str, str], r
 
 @rule
 def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
-    # arguments.py validate_args: before Blackwell, TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1
-    # (unless Megatron-FSDP / torch FSDP2 / the MoE expert-parallel overlap say otherwise).
+    # arguments.py validate_args (d98e8a64 lines 1453-1478): before Blackwell, TP or CP asserts
+    # CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-FSDP / torch FSDP2 / the MoE expert-parallel overlap
+    # only warn).  Without a named GPU the run's assumed generation stands in, and is said.
     arch = run.gpu_compute_capability
-    if arch is None or arch >= 10:
-        return
-    if (ns.get("tensor_model_parallel_size") or 1) <= 1 and (ns.get("context_parallel_size") or 1) <= 1:
+    assumed = arch is None
+    arch = run.assumed_compute_capability if assumed else arch
+    if arch is None or (ns.get("tensor_model_parallel_size") or 1) <= 1 and (ns.get("context_parallel_size") or 1) <= 1:
         return
     if ns.get("use_megatron_fsdp") or ns.get("use_torch_fsdp2") or ns.get("overlap_moe_expert_parallel_comm"):
         return
-    if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+    gpu = f"compute capability {arch:g}" + (", assumed: no --gpu named" if assumed else "")
+    if arch >= 10 or env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        if assumed:
+            yield Problem("gpu-generation-assumed", "--gpu",
+                          f"GPU generation: no --gpu named; the CUDA_DEVICE_MAX_CONNECTIONS rule of tensor / context "
+                          f"parallelism assumed compute capability {arch:g} (it applies before Blackwell, 10)")
+    else:
         launch = run.launch_location      # a script's launch line, where its environment applies
         yield Problem("cuda-device-max-connections",
                       f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
-                      "tensor or context parallelism on this GPU (compute capability "
-                      f"{arch:g}) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment; Megatron stops "
-                      f"otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
+                      f"tensor or context parallelism on this GPU ({gpu}) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in "
+                      f"the environment; Megatron stops otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
 
 
 @rule
@@ -715,3 +731,7 @@ def _release_rule(rule: str, run: RunContext) -> str:
 
 # The checks the differential harness found missing (scripts/megatron_validate), kept apart.
 RULES.extend(PARITY_RULES)
+# The model-build, wrap and validate_args checks issue 29's independent run found (rules_build.py).
+from megatron_estimator.config.rules_build import BUILD_RULES  # noqa: E402
+
+RULES.extend(BUILD_RULES)

@@ -74,7 +74,9 @@ class RunContext:
     ``transformer_engine``: the job's Transformer Engine version (``run`` reads it from the job's
     package metadata); None: not known, and the rules on its version do not run.
     ``release``: the Megatron-LM release the run is checked against (a ``ChosenRelease``): the
-    rules, the flag table and the release-dependent behaviour read it here and nowhere else."""
+    rules, the flag table and the release-dependent behaviour read it here and nowhere else.
+    ``assumed_compute_capability``: when no GPU is named, the generation that the rules which
+    depend on it assume (``Overheads.compute_capability``, Hopper by default); they say so."""
     gpu_compute_capability: float | None = None
     flash_attn: str | None = None
     resume: Resume = Resume()
@@ -82,3 +84,4 @@ class RunContext:
     launch_location: str | None = None
     transformer_engine: str | None = None
     release: ChosenRelease = DEFAULT_RELEASE
+    assumed_compute_capability: float | None = None

@@ -450,6 +450,16 @@ def _cuda_graph_module(text: str) -> str:
                          f"{', '.join(CUDA_GRAPH_DEPRECATED_SCOPES)})")
 
 
+def _cuda_graph_scope(text: str) -> str:
+    # arguments.py 0.16.1-0.17.1: ``CudaGraphScope[scope] if scope != "full" else scope`` (kept by
+    # name; megatron/core/transformer/enums.py CudaGraphScope, core_v0.17.1 lines 64-71: the
+    # modules, full_iteration, and full_iteration_inference, which 0.16.1 does not have yet).
+    if text == "full" or text in CUDA_GRAPH_MODULES or text in ("full_iteration", "full_iteration_inference"):
+        return text
+    raise FlagValueError(f"expected full or one of {', '.join(CUDA_GRAPH_MODULES)}, full_iteration, "
+                         "full_iteration_inference")
+
+
 def _number(kind, description):
     def convert(text: str):
         try:
@@ -469,6 +479,7 @@ _CONVERTERS = {
     "no_rope_freq_type": _freq_type,
     "tuple_type": _tuple_type,
     "_parse_cuda_graph_modules_arg": _cuda_graph_module,
+    "cuda_graph_scope": _cuda_graph_scope,
 }
 ENUM_TYPES = ("AttnBackend", "signal.Signals")   # looked up by member name; the choices are the names
 CONVERTER_TYPES = frozenset(_CONVERTERS) | frozenset(ENUM_TYPES)
