@@ -68,6 +68,15 @@ for root, _dirs, files in os.walk(os.path.join(tree, "megatron")):
         stub.__file__ = path
         stub.__getattr__ = _noop
         sys.modules[modname] = stub
+# older releases' tokenizers import six and regex (GPT-2 / BERT tokenization, never called
+# here): no-op modules where they are not installed
+for _name in ("six", "regex"):
+    try:
+        __import__(_name)
+    except ImportError:
+        _stub = types.ModuleType(_name)
+        _stub.__getattr__ = _noop
+        sys.modules[_name] = _stub
 import typing  # noqa: E402
 
 if not hasattr(typing, "override"):          # Python 3.12 typing.override, used by megatron/training/models
@@ -83,7 +92,10 @@ _original_te_version = U.get_te_version
 U.get_te_version = lambda: Version(TE_STAND_IN)
 import megatron.training.arguments as A  # noqa: E402
 import megatron.training.global_vars as G  # noqa: E402
-from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+try:
+    from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+except ImportError:   # releases before argument_utils.py (core_v0.14.0): in arguments.py
+    core_transformer_config_from_args = A.core_transformer_config_from_args
 
 BASE_ENV = {k: v for k, v in os.environ.items()
             if k != "CUDA_DEVICE_MAX_CONNECTIONS" and not k.startswith("NVTE_")}
@@ -198,7 +210,10 @@ def _build(args, config, world: int) -> str:
     """Builds every virtual stage of the first and last pipeline rank; returns how it ran: the
     spec, then what the CPU harness stood in for (each a kernel library's feature, not a check)."""
     import mcore_reference as ref
-    from gpt_builders import gpt_builder
+    try:
+        from gpt_builders import gpt_builder
+    except ImportError as err:   # releases before gpt_builders.py (core_v0.14.0): not built here
+        raise HarnessLimit("no gpt_builders.py in this release's tree (validate and config only)") from err
 
     how = [f"{args.transformer_impl} spec"]
     stand_in_for_te = False
