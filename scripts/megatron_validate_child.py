@@ -23,8 +23,9 @@ the case is recorded as accepted with "build": "not run: ..." and the reason.  W
 machine has and this one does not is stood in for, each named in "build": without Transformer
 Engine a --transformer-impl transformer_engine case builds the local spec, whose attention is
 built with CP 1 (TE's does context parallelism); without apex the torch norm neither persists
-nor refuses sequence parallelism (apex's FusedLayerNorm does neither; see
-tests/mcore_reference.py _norms_accept_sequence_parallel); no gradient-accumulation fusion
+nor refuses sequence parallelism where it stands in for apex's FusedLayerNorm or TE's norm, and
+keeps every check where it is the module a GPU machine builds (local-spec RMSNorm; see
+_norm_stand_in); no gradient-accumulation fusion
 kernel; the RNG tracker passes as CUDA-graph capable where validate_args / initialize.py make it
 so; the local spec's explicit MLA q/kv norms (which TE's spec fuses) are not a refusal.
 
@@ -67,6 +68,15 @@ for root, _dirs, files in os.walk(os.path.join(tree, "megatron")):
         stub.__file__ = path
         stub.__getattr__ = _noop
         sys.modules[modname] = stub
+# older releases' tokenizers import six and regex (GPT-2 / BERT tokenization, never called
+# here): no-op modules where they are not installed
+for _name in ("six", "regex"):
+    try:
+        __import__(_name)
+    except ImportError:
+        _stub = types.ModuleType(_name)
+        _stub.__getattr__ = _noop
+        sys.modules[_name] = _stub
 import typing  # noqa: E402
 
 if not hasattr(typing, "override"):          # Python 3.12 typing.override, used by megatron/training/models
@@ -82,7 +92,10 @@ _original_te_version = U.get_te_version
 U.get_te_version = lambda: Version(TE_STAND_IN)
 import megatron.training.arguments as A  # noqa: E402
 import megatron.training.global_vars as G  # noqa: E402
-from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+try:
+    from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+except ImportError:   # releases before argument_utils.py (core_v0.14.0): in arguments.py
+    core_transformer_config_from_args = A.core_transformer_config_from_args
 
 BASE_ENV = {k: v for k, v in os.environ.items()
             if k != "CUDA_DEVICE_MAX_CONNECTIONS" and not k.startswith("NVTE_")}
@@ -197,7 +210,10 @@ def _build(args, config, world: int) -> str:
     """Builds every virtual stage of the first and last pipeline rank; returns how it ran: the
     spec, then what the CPU harness stood in for (each a kernel library's feature, not a check)."""
     import mcore_reference as ref
-    from gpt_builders import gpt_builder
+    try:
+        from gpt_builders import gpt_builder
+    except ImportError as err:   # releases before gpt_builders.py (core_v0.14.0): not built here
+        raise HarnessLimit("no gpt_builders.py in this release's tree (validate and config only)") from err
 
     how = [f"{args.transformer_impl} spec"]
     stand_in_for_te = False
@@ -210,12 +226,9 @@ def _build(args, config, world: int) -> str:
             how = ["local spec (Transformer Engine not installed)"]
             if config.context_parallel_size > 1:
                 how.append("local attention built with CP 1 (TE's does CP)")
-    if not _have("apex"):
-        # the local spec's LayerNorm is apex's FusedLayerNorm on a GPU machine, which persists;
-        # the torch norm it falls back to cannot (megatron/core/transformer/torch_norm.py)
-        if config.persist_layer_norm:
-            config.persist_layer_norm = False
-            how.append("no persistent layer norm (apex not installed)")
+    if not _have("apex") and (stand_in_for_te or config.normalization == "LayerNorm"):
+        how.append("the torch norm stands in for "
+                   + ("TE's norm" if stand_in_for_te else "apex's FusedLayerNorm") + ", keeping its checks")
     if config.gradient_accumulation_fusion:
         # the fused weight-gradient kernel (apex / TE) is checked for at build time
         config.gradient_accumulation_fusion = False
@@ -232,7 +245,7 @@ def _build(args, config, world: int) -> str:
     chunks = vpp if (pp > 1 and vpp is not None) else None
     for rank in sorted({0, pp - 1}):
         with _parallel_state(args, world, rank), ref._cpu_only_megatron(), \
-                ref._norms_accept_sequence_parallel(config), torch.device("meta"), \
+                _norm_stand_in(config, stand_in_for_te), torch.device("meta"), \
                 (_local_attention_takes_cp() if stand_in_for_te else contextlib.nullcontext()):
             torch.cuda.current_device = lambda: "meta"
             from megatron.core.tensor_parallel import random as mrandom
@@ -257,6 +270,43 @@ def _build(args, config, world: int) -> str:
                     raise
                 _first_step_checks(model)
     return "; ".join(how)
+
+
+@contextlib.contextmanager
+def _norm_stand_in(config, stand_in_for_te: bool):
+    """Without apex and TE the local spec builds megatron/core/transformer/torch_norm.py
+    WrappedTorchNorm for every norm.  On a GPU machine that is the module only for a local-spec
+    RMSNorm (megatron/core/models/backends.py LocalSpecProvider.layer_norm): there it keeps all
+    of its asserts (zero-centred gamma, persistent norm, sequence parallelism, memory-efficient
+    norm).  Where it stands in for apex's FusedLayerNorm (local spec, LayerNorm) it keeps
+    FusedLayerNorm's check instead (megatron/core/fusions/fused_layer_norm.py: LayerNorm only;
+    persistence falls back to the plain kernel; SP and zero-centred gamma are supported); where it
+    stands in for TE's norm (TE spec) TE supports all four.  Nothing else is relaxed."""
+    if not (stand_in_for_te or config.normalization == "LayerNorm"):
+        yield
+        return
+    import copy
+    from megatron.core.transformer import torch_norm
+
+    original = torch_norm.WrappedTorchNorm.__new__
+
+    def new(cls, config, hidden_size, eps=1e-5, **kwargs):
+        if not stand_in_for_te:
+            assert config.normalization == "LayerNorm", \
+                f"({config.normalization}) is not supported in FusedLayerNorm"  # fused_layer_norm.py
+        relaxed = copy.copy(config)
+        relaxed.sequence_parallel = relaxed.persist_layer_norm = False
+        relaxed.layernorm_zero_centered_gamma = relaxed.memory_efficient_layer_norm = False
+        norm = original(cls, relaxed, hidden_size, eps, **kwargs)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+    torch_norm.WrappedTorchNorm.__new__ = new
+    try:
+        yield
+    finally:
+        torch_norm.WrappedTorchNorm.__new__ = original
 
 
 class HarnessLimit(Exception):
@@ -303,7 +353,102 @@ def _build_mla(ref, gpt_builder, args, config, pre, post, vp):
         gpt_builders.GPTModel = original
 
 
+def _training_configs(args) -> None:
+    """The DDP and optimizer configs (their __post_init__ checks) as megatron/training/training.py
+    builds them from the arguments (get_megatron_ddp_config / get_megatron_optimizer_config, where
+    the release has them; older releases build them inline in get_model / setup_model_and_optimizer)."""
+    import dataclasses
+    try:
+        import megatron.training.training as T
+    except Exception:  # noqa: BLE001 - a release whose training module needs what CPU lacks
+        return
+    if hasattr(T, "get_megatron_ddp_config"):
+        T.get_megatron_ddp_config(args)
+    else:
+        from megatron.core.distributed import DistributedDataParallelConfig as D
+        D(**{f.name: getattr(args, f.name) for f in dataclasses.fields(D) if hasattr(args, f.name)})
+    if hasattr(T, "get_megatron_optimizer_config"):
+        T.get_megatron_optimizer_config(args)
+    else:
+        from megatron.core.optimizer import OptimizerConfig as O
+        O(**{f.name: getattr(args, f.name) for f in dataclasses.fields(O) if hasattr(args, f.name)})
+
+
+# Coverage of Megatron's raise sites (scripts/megatron_coverage): HARNESS_SITES names a JSON file
+# {tree-relative path: [line, ...]}; a case reports which of those lines ran ("hits").
+_SITES = {}
+if os.environ.get("HARNESS_SITES"):
+    with open(os.environ["HARNESS_SITES"], encoding="utf-8") as fh:
+        _SITES = {os.path.join(tree, k): set(v) for k, v in json.load(fh).items()}
+_HITS = set()
+
+
+def _tracer(frame, event, arg):
+    lines = _SITES.get(frame.f_code.co_filename)
+    if lines is None:
+        return None
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno in lines:
+            _HITS.add(f"{os.path.relpath(frame.f_code.co_filename, tree)}:{frame.f_lineno}")
+        return local
+    return local
+
+
+class CaseTimeout(BaseException):
+    """The per-case time limit (HARNESS_CASE_SECONDS) ran out."""
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def _parser_flags() -> list:
+    """Every option of Megatron's parser: [option, kind, choices, nargs] (kind: switch, int,
+    float, str)."""
+    import argparse
+    parser = A.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    out = []
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs or longs[0] == "--help":
+            continue
+        if action.nargs == 0:
+            kind = "switch"
+        else:
+            kind = {int: "int", float: "float"}.get(action.type, "str")
+        choices = [c for c in action.choices] if action.choices is not None else None
+        if choices is not None and not all(isinstance(c, (str, int, float)) for c in choices):
+            choices = [str(c) for c in choices]
+        out.append([longs[0], kind, choices, action.nargs if isinstance(action.nargs, (int, str)) else None])
+    return out
+
+
 def run_case(case: dict) -> dict:
+    import signal
+    if case.get("flags"):
+        return {"flags": _parser_flags()}
+    _HITS.clear()
+    seconds = int(os.environ.get("HARNESS_CASE_SECONDS", "0"))
+    if seconds:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(seconds)
+    if _SITES:
+        sys.settrace(_tracer)
+    try:
+        result = _run_case(case)
+    except CaseTimeout:
+        result = {"outcome": "timeout", "stage": "timeout", "error": f"over {seconds} s"}
+    finally:
+        sys.settrace(None)
+        if seconds:
+            signal.alarm(0)
+    if _SITES:
+        result["hits"] = sorted(_HITS)
+    return result
+
+
+def _run_case(case: dict) -> dict:
     os.environ.clear()                       # what an earlier case (or its build: NVTE_*) set goes
     os.environ.update(BASE_ENV)
     os.environ["WORLD_SIZE"] = str(case["world_size"])
@@ -323,6 +468,7 @@ def run_case(case: dict) -> dict:
             G._GLOBAL_ARGS = args
             stage = "config"
             config = core_transformer_config_from_args(args)
+            _training_configs(args)
             stage = "build"
             try:
                 how = _build(args, config, case["world_size"])
@@ -343,9 +489,11 @@ def run_case(case: dict) -> dict:
     except SystemExit:
         lines = [l for l in out.getvalue().splitlines() if "error:" in l]
         return {"outcome": "refuse", "stage": stage, "error": (lines[-1] if lines else "argparse exit")[:240]}
+    except CaseTimeout:
+        raise
     except BaseException as err:  # noqa: BLE001 - any failure before the build is Megatron refusing
         where = _where(err)
-        return {"outcome": "refuse", "stage": stage,
+        return {"outcome": "refuse", "stage": stage, "where": where,
                 "error": _first_line(err) + (f" ({where})" if where else "")}
 
 
