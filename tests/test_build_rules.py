@@ -122,6 +122,16 @@ def test_megatron_refuses_exactly_these(extra, release, code, where):
         assert where in [p.location for p in problems if p.code == code], problems
 
 
+def test_fp16_dynamic_loss_scaling_turns_the_nan_check_off_before_the_graph_assert():
+    # d98e8a64 arguments.py 1195-1201 (core_v0.14.0 line 649): fp16 without --loss-scale sets
+    # check_for_nan_in_loss_and_grad False, before the full_iteration assert (1235-1237).
+    fp16 = BASE.replace(" --bf16", " --fp16") + " --cuda-graph-impl full_iteration"
+    codes = [p.code for p in problems_of(fp16, world_size=8, release="main")]
+    assert "full-iteration-graph-nan-check" not in codes, codes
+    codes = [p.code for p in problems_of(fp16 + " --loss-scale 128", world_size=8, release="main")]
+    assert "full-iteration-graph-nan-check" in codes, codes
+
+
 def test_each_torch_fsdp2_assert_is_one_problem_all_at_once():
     # arguments.py asserts them one after the other; the estimator names every one at once:
     # pipeline 2, the distributed optimizer, gradient-accumulation fusion (on by default), the

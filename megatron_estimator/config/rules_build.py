@@ -126,8 +126,12 @@ def full_iteration_graph_nan_check(ns: Namespace, raw: RawArgs, env: Mapping[str
     # megatron/training/arguments.py validate_args: a full-iteration CUDA graph asserts
     # --no-check-for-nan-in-loss-and-grad (core_v0.14.0 lines 669-671, d98e8a64 lines 1235-1237;
     # every release 0.14.0-main; 0.15.x-0.16.x skip it under --inference-dynamic-batching:
-    # megatron_behaviour.tsv full_iteration_graph_nan_check_exempts_inference).
+    # megatron_behaviour.tsv full_iteration_graph_nan_check_exempts_inference).  Before it, fp16
+    # with dynamic loss scaling (no --loss-scale) turns the NaN check off (core_v0.14.0 line 649,
+    # d98e8a64 lines 1195-1201), so the assert passes there.
     if not _full_iteration_graph(ns) or not ns.get("check_for_nan_in_loss_and_grad", True):
+        return
+    if ns.get("fp16") and not ns.get("loss_scale"):
         return
     if ns.get("inference_dynamic_batching") and _behaviour("full_iteration_graph_nan_check_exempts_inference", run) == "1":
         return
