@@ -171,6 +171,7 @@ def _b_unset(interp, fields, node, env):
                     interp.state.vars[name] = replace(interp.state.vars[name], value=ArrayValue.of(elems))
                 continue
             interp.state.vars.pop(name, None)
+            interp.state.unset_names |= {name}
     return 0
 
 
