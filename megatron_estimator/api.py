@@ -267,14 +267,15 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", rel
 
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
                     script_args: Sequence[str] | None = None, world_size_given: bool = False,
-                    accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
-                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                    accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None,
+                    gpus_per_node: int | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json.
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve);
     its entry script is looked for relative to the working directory, then the script's own
-    directory; ``accept_flags`` as for ``input_from_flags``."""
+    directory; ``gpus_per_node``: the GPUs of the node it runs on (what ``nvidia-smi -L | wc -l``
+    in it prints; None: not known); ``accept_flags`` as for ``input_from_flags``."""
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
     from megatron_estimator.core.resources import path_string
@@ -284,7 +285,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         return TrainingInput(RawArgs(), source=name, release=release), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)
     loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given,
-                                         release=release.version))
+                                         release=release.version, gpus_per_node=gpus_per_node))
     if loaded.flags is None:
         return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
                               world_size_source=loaded.world_size_source, environment=loaded.environment,

@@ -647,6 +647,13 @@ class Expansion:
             cause = Cause(UNSUPPORTED, part.origin, spelling,
                           f"`{spelling}` is a process substitution, a file that exists only while the script runs")
             return (unknown_seg(cause, part.spelling, part.origin),)
+        answer = self.reader.machine_output(text, f"{part.origin} `{spelling}`") \
+            if self.reader.machine_output is not None else None
+        if answer is not None:
+            output, why = answer
+            if output is not None:
+                return (lit_seg(output, part.origin),)
+            return (unknown_seg(Cause(UNRESOLVED, part.origin, spelling, f"`{spelling}`: {why}"), part.spelling, part.origin),)
         try:
             output = self.pure_output(text, origins)
         except ImpureCommand as exc:

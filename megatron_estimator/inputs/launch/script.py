@@ -26,6 +26,7 @@ from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
 from megatron_estimator.inputs.bash.reader import ShellReader, start_directory
 from megatron_estimator.inputs.bash.values import Cause, Field, Origin, causes_of, is_known, text_of
+from megatron_estimator.inputs.launch.machine import gpu_count_probe
 from megatron_estimator.inputs.launch.command import LaunchCommand
 from megatron_estimator.inputs.launch.programs import is_launch_program
 from megatron_estimator.inputs.launch.sbatch import SbatchHeaders, read_sbatch
@@ -488,6 +489,7 @@ def load_launch_script(
     line: int | None = None,
     world_size_given: bool = False,
     release: str = "main",
+    gpus_per_node: int | None = None,
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
@@ -499,6 +501,8 @@ def load_launch_script(
     counts need not resolve.
     ``line``: the line of the launch command, when the script runs more than one.
     ``release``: the label of the Megatron release whose flags the launch passes.
+    ``gpus_per_node``: the GPUs of the node the job runs on, what a command counting them prints
+    (``launch.machine``); None: not known.
     The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
     only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
@@ -514,6 +518,7 @@ def load_launch_script(
     loader = _Loader(display, environ, cwd)
     loader.world_size_given = world_size_given
     loader.release = release
+    loader.reader.machine_output = gpu_count_probe(gpus_per_node, loader.notices)
     sbatch, sbatch_problems = read_sbatch(text, display)
     loader.problems.extend(sbatch_problems)
     inherited = dict(environ)
