@@ -137,7 +137,8 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
         raw, problems, entry = read_entry_argv(list(argv), script=entry_script, script_location=entry_location,
                                                is_module=entry_is_module, base_dirs=entry_dirs,
                                                locations=locations, source=source, accepted=accept_flags,
-                                               opaque=opaque, release=release.version)
+                                               opaque=opaque, release=release.version,
+                                               python_path=_environment(environ, {}).get("PYTHONPATH") or "")
         return TrainingInput(raw, source=source, entry=entry, release=release, world_size=entry.world_size, notes=entry.assumptions,
                              world_size_source=entry.world_size_source), tuple(problems)
     reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,

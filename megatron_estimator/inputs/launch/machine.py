@@ -16,7 +16,7 @@ from collections.abc import Callable
 # ``nvidia-smi -L`` / ``--list-gpus`` / ``--query-gpu=...`` print one line per GPU).
 _GPU_COUNT = (
     re.compile(r"^\s*python[0-9.]*\s+-c\s+.*\btorch\.cuda\.device_count\(\)", re.S),
-    re.compile(r"^\s*nvidia-smi\s[^|]*(?:\s-L\b|--list-gpus\b|--query-gpu=)[^|]*\|\s*wc\s+-l\b", re.S),
+    re.compile(r"^\s*nvidia-smi\b[^|]*?(?<!\S)(?:-L|--list-gpus|--query-gpu=\S*)(?!\S)[^|]*\|\s*wc\s+-l\b", re.S),
 )
 
 GPUS_PER_NODE_ADVICE = "give the node's GPU count with --gpus-per-node N"

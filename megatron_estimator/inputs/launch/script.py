@@ -456,7 +456,8 @@ class _Loader(CommandVisitor):
                 environment[name] = ScriptEnvVar(name, text_of(var.value), str(var.origin))
             else:
                 reason = var.value.message if isinstance(var.value, Cause) else causes_of(var.value)[0].message if isinstance(var.value, tuple) else "an array cannot be exported"
-                environment[name] = ScriptEnvVar(name, None, str(var.origin), reason)
+                certain = _certain_path_entries(var.value) if name == "PYTHONPATH" else None
+                environment[name] = ScriptEnvVar(name, certain, str(var.origin), reason)
         for name, (segs, origin) in cand.temp_env.items():
             if is_known(segs):
                 environment[name] = ScriptEnvVar(name, text_of(segs), str(origin))
@@ -479,6 +480,30 @@ class _Loader(CommandVisitor):
             cwd=cand.cwd,
             removed_environment=tuple(n for n in cand.removed if n not in environment),
         )
+
+
+def _certain_path_entries(value) -> str | None:
+    """A search path the script exports with an unknown part (``export PYTHONPATH=$ROOT/x:$PYTHONPATH``
+    with ``$PYTHONPATH`` unset here): the entries known whatever the job's environment adds,
+    ':'-joined, or None when there is none.  An entry that holds an unknown is left out."""
+    if not isinstance(value, tuple):
+        return None
+    entries, current, tainted = [], [], False
+    for seg in value:
+        pieces = [seg.text] if seg.cause is not None else seg.text.split(":")
+        for k, piece in enumerate(pieces):
+            if k:
+                if current and not tainted:
+                    entries.append("".join(current))
+                current, tainted = [], False
+            if seg.cause is not None:
+                tainted = True
+            else:
+                current.append(piece)
+    if current and not tainted:
+        entries.append("".join(current))
+    entries = [e for e in entries if e]
+    return ":".join(entries) if entries else None
 
 
 def load_launch_script(
