@@ -2,7 +2,8 @@
 
 Launch scripts size their launcher from the node they run on: Pai-Megatron-Patch's
 ``GPUS_PER_NODE=`python -c "import torch; print(torch.cuda.device_count())"``` and slime's
-``$(nvidia-smi -L | wc -l)`` print the node's GPU count.  The checking machine is not the job's,
+``$(nvidia-smi -L | wc -l)`` print the node's GPU count (slime asks ``command -v nvidia-smi``
+first: a node of ``--gpus-per-node`` GPUs has it).  The checking machine is not the job's,
 so the count is the caller's ``--gpus-per-node N`` (``check``), said in a notice where a script
 reads it; without it the command's output stays unknown, with the way to supply it.
 """
@@ -19,6 +20,8 @@ _GPU_COUNT = (
     re.compile(r"^\s*nvidia-smi\b[^|]*?(?<!\S)(?:-L|--list-gpus|--query-gpu=\S*)(?!\S)[^|]*\|\s*wc\s+-l\b", re.S),
 )
 
+_GPU_TOOL = re.compile(r"^command -v nvidia-smi$")     # a node with GPUs has the driver's tool
+
 GPUS_PER_NODE_ADVICE = "give the node's GPU count with --gpus-per-node N"
 
 
@@ -28,6 +31,8 @@ def gpu_count_probe(gpus_per_node: int | None, notices: list[str]) -> Callable[[
     Each use is a notice in ``notices`` ('file:line `cmd`: ...')."""
 
     def probe(text: str, where: str) -> tuple[str | None, str] | None:
+        if _GPU_TOOL.match(text):
+            return (None, "") if gpus_per_node is None else ("nvidia-smi", "")
         if not any(p.search(text) for p in _GPU_COUNT):
             return None
         if gpus_per_node is None:
