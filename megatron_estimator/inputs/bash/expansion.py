@@ -653,7 +653,7 @@ class Expansion:
             output, why = answer
             if output is not None:
                 return (lit_seg(output, part.origin),)
-            return (unknown_seg(Cause(UNRESOLVED, part.origin, spelling, f"`{spelling}`: {why}"), part.spelling, part.origin),)
+            return (unknown_seg(Cause(UNSUPPORTED, part.origin, spelling, f"`{spelling}`: {why}"), part.spelling, part.origin),)
         try:
             output = self.pure_output(text, origins)
         except ImpureCommand as exc:
