@@ -137,7 +137,8 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
         raw, problems, entry = read_entry_argv(list(argv), script=entry_script, script_location=entry_location,
                                                is_module=entry_is_module, base_dirs=entry_dirs,
                                                locations=locations, source=source, accepted=accept_flags,
-                                               opaque=opaque, release=release.version)
+                                               opaque=opaque, release=release.version,
+                                               python_path=_environment(environ, {}).get("PYTHONPATH") or "")
         return TrainingInput(raw, source=source, entry=entry, release=release, world_size=entry.world_size, notes=entry.assumptions,
                              world_size_source=entry.world_size_source), tuple(problems)
     reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,
@@ -267,14 +268,15 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", rel
 
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
                     script_args: Sequence[str] | None = None, world_size_given: bool = False,
-                    accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
-                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
+                    accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None,
+                    gpus_per_node: int | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A seed-format YAML, a Megatron ``--yaml-cfg`` YAML, a launch script or a HF config.json.
 
     For a launch script: ``script_args`` are the arguments it runs with (None: not known), and
     ``world_size_given`` says the caller gives the world size (the launcher's need not resolve);
     its entry script is looked for relative to the working directory, then the script's own
-    directory; ``accept_flags`` as for ``input_from_flags``."""
+    directory; ``gpus_per_node``: the GPUs of the node it runs on (what ``nvidia-smi -L | wc -l``
+    in it prints; None: not known); ``accept_flags`` as for ``input_from_flags``."""
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
     from megatron_estimator.core.resources import path_string
@@ -284,7 +286,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
         return TrainingInput(RawArgs(), source=name, release=release), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)
     loaded = read_file(path, ReadOptions(env, script_args=script_args, world_size_given=world_size_given,
-                                         release=release.version))
+                                         release=release.version, gpus_per_node=gpus_per_node))
     if loaded.flags is None:
         return (TrainingInput(loaded.raw, source=name, world_size=loaded.world_size,
                               world_size_source=loaded.world_size_source, environment=loaded.environment,

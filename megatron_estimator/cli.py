@@ -208,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the reports, one table across the files (model, layout, GPUs, batch, parameters, "
                         "the peak stage's weights+optimizer and activations, peak, verdict) naming the least "
                         "and the most memory-hungry file")
+    p.add_argument("--gpus-per-node", type=int, metavar="N",
+                   help="the GPUs of each node the launch scripts run on: what a script's own count of "
+                        "them prints (torch.cuda.device_count(), nvidia-smi -L | wc -l); without it such a "
+                        "count is unknown where it sizes the launch")
     p.add_argument("--script-arg", action="append", metavar="ARG",
                    help="an argument the launch scripts run with ($1, $2, ... and \"$@\" in them), "
                         "repeated in order; without any, $1... are unset and \"$@\" is empty, as bash has "
@@ -462,6 +466,7 @@ def cmd_check(ns, environ) -> int:
         def read(release):
             inp, file_problems = input_from_file(path, environ=environ, script_args=ns.script_arg,
                                                  world_size_given=ns.world_size is not None,
+                                                 gpus_per_node=ns.gpus_per_node,
                                                  accept_flags=settings.accept_flags, release=release)
             if getattr(ns, "megatron_flags", None):
                 inp, file_problems = _with_flags(inp, file_problems, ns.megatron_flags, environ, settings)

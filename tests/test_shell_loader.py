@@ -303,7 +303,9 @@ def test_command_substitution_in_the_world_size(tmp_path):
     assert launch.world_size is None
     assert problems == (Problem(
         "unsupported-shell-construct", f"{path}:1 $(nvidia-smi -L | wc -l)",
-        "`$(nvidia-smi -L | wc -l)` runs `nvidia-smi`; its output cannot be known without running it; "
+        # the node's GPU count: the check's machine is not the job's (inputs/launch/machine.py)
+        "`$(nvidia-smi -L | wc -l)`: it prints the number of GPUs of the node the job runs on, which the "
+        "check cannot see; give the node's GPU count with --gpus-per-node N; "
         f"the launch at {path}:2 gets `$(nvidia-smi -L | wc -l)` from it (it decides the world size)"),)
 
 

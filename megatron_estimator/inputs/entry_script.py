@@ -185,7 +185,7 @@ def find_script_file(script: str, is_module: bool, base_dirs: Sequence[str]) -> 
 def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, is_module: bool = False,
                     base_dirs: Sequence[str] = (), locations: Sequence[str] | None = None,
                     source: str = "command line", accepted: Collection[str] = (), opaque: Collection[int] = (),
-                    release: str) -> tuple[RawArgs, tuple[Problem, ...], EntryScript]:
+                    release: str, python_path: str = "") -> tuple[RawArgs, tuple[Problem, ...], EntryScript]:
     """The Megatron flags ``argv`` that follow the entry script ``script`` (named at
     ``script_location``): the settings, every problem, and what was learnt of the script.
 
@@ -195,7 +195,8 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
     its own whatever the reading finds (a modified copy's flags are still accepted); after any
     other, unknown flags the reading cannot rule out are grouped (``_unread``).  ``accepted``:
     option strings the settings accept as the script's own; ``release``: the label of the
-    release whose flags Megatron's parser has."""
+    release whose flags Megatron's parser has; ``python_path``: the job's ``PYTHONPATH`` (where a
+    framework's argument module may be found)."""
     known = known_script(script, is_module)
     entry = EntryScript(script, script_location, is_module)
     first = read_megatron_argv(argv, locations=locations, source=source, accepted=accepted, opaque=opaque,
@@ -208,7 +209,7 @@ def read_entry_argv(argv: Sequence[str], *, script: str, script_location: str, i
 
     framework = read_framework_argv(argv, first, entry, path, base_dirs, locations=locations, source=source,
                                     accepted=accepted, opaque=opaque, megatron_script=known is not None,
-                                    accept_setting=ACCEPT_SETTING, release=release)
+                                    accept_setting=ACCEPT_SETTING, release=release, python_path=python_path)
     if framework is not None:
         return framework
     if path is None and megatron_only:

@@ -28,6 +28,7 @@ class ReadOptions:
     script_args: Sequence[str] | None = None   # a launch script's arguments (None: not known)
     world_size_given: bool = False             # the caller gives the world size
     release: str = "main"                      # the label of the Megatron release whose flags it holds
+    gpus_per_node: int | None = None           # the GPUs of the node a launch script runs on (None: not known)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ def _read_launch_script(path, options: ReadOptions) -> FileInput:
     from megatron_estimator.inputs.launch.script import load_launch_script
 
     script, problems = load_launch_script(path, options.environ, script_args=options.script_args,
-                                          world_size_given=options.world_size_given, release=options.release)
+                                          world_size_given=options.world_size_given, release=options.release,
+                                          gpus_per_node=options.gpus_per_node)
     if script is None or script.command is None or script.command.script is None:
         return FileInput(problems=tuple(problems))
     unknown = None

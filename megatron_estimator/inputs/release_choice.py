@@ -112,8 +112,9 @@ def launched_tree_release(inp: Any):
     """``check`` of a launch script: the release (a ``ChosenRelease``) of the Megatron-LM tree
     that holds the entry script it launches (``inp.entry``, a path after expansion, found under
     ``inp.entry_dirs``: the working directory the script's ``cd`` leaves, then the checking
-    shell's and the script's own directory; or absolute), by that tree's
-    ``megatron/core/package_info.py``; None when there is none."""
+    shell's and the script's own directory; or absolute), else of a tree on the ``PYTHONPATH``
+    the launch exports to the job, by that tree's ``megatron/core/package_info.py``; None when
+    there is none."""
     from megatron_estimator.inputs.entry_script import find_script_file
     from megatron_estimator.megatron.releases import read_package_info, release_of
 
@@ -123,9 +124,18 @@ def launched_tree_release(inp: Any):
     path = entry.path or find_script_file(entry.script, False, getattr(inp, "entry_dirs", ()))
     if path is None:
         return None
-    for found in _package_info_candidates([path], {}):
+    # The entry script's own tree first; else a tree on the PYTHONPATH the launch gives the job
+    # (Pai-Megatron-Patch exports backends/megatron/Megatron-LM-YYMMDD), not the checking shell's.
+    job_path = {"PYTHONPATH": str((getattr(inp, "environment", None) or {}).get("PYTHONPATH") or "")}
+    for found in _package_info_candidates([path], job_path):
         version = read_package_info(found)
         if version:
-            return release_of(version, f"{found} (the Megatron-LM tree of {entry.script} at {entry.location})",
-                              detected=True)
+            whose = f"the Megatron-LM tree of {entry.script} at {entry.location}" if not _under_path(found, job_path) \
+                else f"a Megatron-LM tree on the PYTHONPATH the launch at {entry.location} gives the job"
+            return release_of(version, f"{found} ({whose})", detected=True)
     return None
+
+
+def _under_path(found: str, environ: Mapping[str, str]) -> bool:
+    return any(entry and found.startswith(os.path.join(entry, "megatron"))
+               for entry in environ.get("PYTHONPATH", "").split(os.pathsep))

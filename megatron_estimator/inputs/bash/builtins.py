@@ -171,6 +171,7 @@ def _b_unset(interp, fields, node, env):
                     interp.state.vars[name] = replace(interp.state.vars[name], value=ArrayValue.of(elems))
                 continue
             interp.state.vars.pop(name, None)
+            interp.state.unset_names |= {name}
     return 0
 
 
@@ -390,7 +391,11 @@ def _b_command(interp, fields, node, env):
     rest = fields[1:]
     while rest and rest[0].text in ("-p", "-v", "-V", "--"):
         if rest[0].text in ("-v", "-V"):
-            return None
+            # whether a program is on the job's machine: only what the caller knows of it
+            probe = interp.reader.machine_output
+            name = rest[1].text if len(rest) > 1 else ""
+            answer = probe(f"command -v {name}", f"{node.origin} `command -v {name}`") if probe and name else None
+            return 0 if answer is not None and answer[0] is not None else None
         rest = rest[1:]
     if not rest:
         return 0

@@ -45,6 +45,8 @@ class Expansion:
             over = self.state.budget.size(value if isinstance(value, tuple) else value.values(), f"the value of {name}")
             if over is not None:
                 raise ShellSyntaxError(origin or self.current_line or Origin(self.reader.display, 0), over, UNSUPPORTED)
+        if name in self.state.unset_names:
+            self.state.unset_names -= {name}
         self.state.vars[name] = Var(value, exported, old.integer if (old and integer is None) else bool(integer),
                                     origin)
 
@@ -383,7 +385,15 @@ class Expansion:
                 return unknown(causes[0] if causes else self.unset_cause(param.name, at))
             if op in (":-", "-"):
                 if null:
-                    return self.default_chunks(param.arg, quoted)
+                    chunks = self.default_chunks(param.arg, quoted)
+                    if segs is None and not param.name.isdigit() and param.name not in self.state.unset_names and all(
+                            c[0] == "seg" and not c[1].text and c[1].cause is None for c in chunks):
+                        # ``${X:-}`` of an unset X is bash's '' exactly as ``$X`` (and safe under
+                        # ``set -u``): the job may set X, so it stays an unset variable read as ''
+                        return unknown(Cause(UNRESOLVED, at, param.name,
+                                             f"{param.name} is not set in the script or the environment "
+                                             f"(`{param.spelling}` expands to nothing)", ""))
+                    return chunks
                 return out(segs)
             if op in (":=", "="):
                 if null:
@@ -637,6 +647,13 @@ class Expansion:
             cause = Cause(UNSUPPORTED, part.origin, spelling,
                           f"`{spelling}` is a process substitution, a file that exists only while the script runs")
             return (unknown_seg(cause, part.spelling, part.origin),)
+        answer = self.reader.machine_output(text, f"{part.origin} `{spelling}`") \
+            if self.reader.machine_output is not None else None
+        if answer is not None:
+            output, why = answer
+            if output is not None:
+                return (lit_seg(output, part.origin),)
+            return (unknown_seg(Cause(UNSUPPORTED, part.origin, spelling, f"`{spelling}`: {why}"), part.spelling, part.origin),)
         try:
             output = self.pure_output(text, origins)
         except ImpureCommand as exc:

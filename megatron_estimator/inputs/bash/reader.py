@@ -70,6 +70,9 @@ class ShellReader:
         self.source_depth = 0
         self.exit_note: str | None = None      # 'the script exits at f:3 (because ...)', when it does
         self.assumed_guards: list[str] = []    # guards on unset variables assumed to pass, file:line first
+        # the caller's answer for a command that reads the machine (the node's GPU count):
+        # (command text, 'file:line `spelling`') -> (output or None, why not known) or None: not such a command
+        self.machine_output = None
 
     def inherited(self, environ: Mapping[str, str], at: Origin) -> dict[str, Var]:
         """The variables a shell starts with: the environment, exported, set outside the script."""

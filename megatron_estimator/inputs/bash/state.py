@@ -74,9 +74,11 @@ class ShellState:
     status: int | None = 0
     nounset: object = None         # the Origin of the `set -u` in effect, or None
     budget: ShellBudget = field(default_factory=ShellBudget)     # shared by every fork
+    unset_names: frozenset = frozenset()   # variables the script itself unset (bash reads '', the job cannot set them)
 
     def fork(self) -> "ShellState":
         return ShellState(dict(self.vars), list(self.positional) if isinstance(self.positional, list) else self.positional,
-                          dict(self.functions), self.cwd, self.allexport, self.status, self.nounset, self.budget)
+                          dict(self.functions), self.cwd, self.allexport, self.status, self.nounset, self.budget,
+                          self.unset_names)
 
 

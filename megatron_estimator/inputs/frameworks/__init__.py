@@ -94,7 +94,7 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
     return None
 
 
-def _tree_roots(path: str | None, search_dirs: Sequence[str]) -> list[str]:
+def _tree_roots(path: str | None, search_dirs: Sequence[str], python_path: str = "") -> list[str]:
     roots: list[str] = []
     if path is not None:
         here = os.path.dirname(os.path.abspath(path))
@@ -105,21 +105,22 @@ def _tree_roots(path: str | None, search_dirs: Sequence[str]) -> list[str]:
                 break
             here = parent
     roots.extend(search_dirs)
-    roots.extend(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    roots.extend(p for p in python_path.split(os.pathsep) if p)      # the job's, not this process's
     return list(dict.fromkeys(roots))
 
 
-def framework_flags(framework: Framework, path: str | None, search_dirs: Sequence[str] = (), release: str = "main"
-                    ) -> tuple[tuple[FlagSpec, ...], str]:
+def framework_flags(framework: Framework, path: str | None, search_dirs: Sequence[str] = (), release: str = "main",
+                    python_path: str = "") -> tuple[tuple[FlagSpec, ...], str]:
     """The framework's own flags (those Megatron's parser does not register) and where they were
-    read: its argument modules on the job's tree, else its flag table."""
+    read: its argument modules on the job's tree (the entry program's folders, ``search_dirs``,
+    the job's ``python_path``), else its flag table."""
     from megatron_estimator.inputs.argv import SCRIPT_CONDITION
     from megatron_estimator.megatron.flags import flag_table
 
     table = flag_table(release)
     specs: list = []
     origin = ""
-    for root in _tree_roots(path, search_dirs) if framework.provider_files else ():
+    for root in _tree_roots(path, search_dirs, python_path) if framework.provider_files else ():
         files = [os.path.join(root, f) for f in framework.provider_files]
         files = [f for f in files if os.path.isfile(f)] if os.path.isfile(files[0]) else []
         if files:                   # the tree of the framework: its main argument module, and the others it has

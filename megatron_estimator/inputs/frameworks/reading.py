@@ -34,7 +34,7 @@ def _by_flags(unknown: Sequence[str]) -> tuple[Framework, tuple[str, ...]] | Non
 def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScript, path: str | None,
                         base_dirs: Sequence[str], *, locations: Sequence[str] | None, source: str,
                         accepted: Collection[str], opaque: Collection[int], megatron_script: bool, accept_setting: str,
-                        release: str = "main"
+                        release: str = "main", python_path: str = ""
                         ) -> tuple[RawArgs, tuple[Problem, ...], EntryScript] | None:
     """The settings, problems and entry of a launch of a framework's entry program, or None when
     ``entry`` is no framework's (Megatron-LM's own, or a custom script).  ``megatron_script``: the
@@ -55,7 +55,7 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
         message = (f"{framework.name} (recognised by {how}): {framework.unsupported}; check the job with "
                    "that stack's own tools, or launch it with Megatron-LM's entry scripts")
         return first.raw, (Problem("unsupported-stack", entry.location, message),), entry
-    specs, origin = framework_flags(framework, path, base_dirs, release)
+    specs, origin = framework_flags(framework, path, base_dirs, release, python_path)
     # Flags another parser takes apart (slime's --sglang-*, sglang_parse_args) are accepted as they are.
     apart = tuple(t.split("=", 1)[0] for t in argv if t.startswith(framework.prefixes)) if framework.prefixes else ()
     reading = read_megatron_argv(argv, locations=locations, source=source, script_flags=specs,

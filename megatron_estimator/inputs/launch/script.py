@@ -26,6 +26,7 @@ from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.bash.commands import CommandVisitor, ExecutedCommand
 from megatron_estimator.inputs.bash.reader import ShellReader, start_directory
 from megatron_estimator.inputs.bash.values import Cause, Field, Origin, causes_of, is_known, text_of
+from megatron_estimator.inputs.launch.machine import gpu_count_probe
 from megatron_estimator.inputs.launch.command import LaunchCommand
 from megatron_estimator.inputs.launch.programs import is_launch_program
 from megatron_estimator.inputs.launch.sbatch import SbatchHeaders, read_sbatch
@@ -455,7 +456,8 @@ class _Loader(CommandVisitor):
                 environment[name] = ScriptEnvVar(name, text_of(var.value), str(var.origin))
             else:
                 reason = var.value.message if isinstance(var.value, Cause) else causes_of(var.value)[0].message if isinstance(var.value, tuple) else "an array cannot be exported"
-                environment[name] = ScriptEnvVar(name, None, str(var.origin), reason)
+                certain = _certain_path_entries(var.value) if name == "PYTHONPATH" else None
+                environment[name] = ScriptEnvVar(name, certain, str(var.origin), reason)
         for name, (segs, origin) in cand.temp_env.items():
             if is_known(segs):
                 environment[name] = ScriptEnvVar(name, text_of(segs), str(origin))
@@ -480,6 +482,30 @@ class _Loader(CommandVisitor):
         )
 
 
+def _certain_path_entries(value) -> str | None:
+    """A search path the script exports with an unknown part (``export PYTHONPATH=$ROOT/x:$PYTHONPATH``
+    with ``$PYTHONPATH`` unset here): the entries known whatever the job's environment adds,
+    ':'-joined, or None when there is none.  An entry that holds an unknown is left out."""
+    if not isinstance(value, tuple):
+        return None
+    entries, current, tainted = [], [], False
+    for seg in value:
+        pieces = [seg.text] if seg.cause is not None else seg.text.split(":")
+        for k, piece in enumerate(pieces):
+            if k:
+                if current and not tainted:
+                    entries.append("".join(current))
+                current, tainted = [], False
+            if seg.cause is not None:
+                tainted = True
+            else:
+                current.append(piece)
+    if current and not tainted:
+        entries.append("".join(current))
+    entries = [e for e in entries if e]
+    return ":".join(entries) if entries else None
+
+
 def load_launch_script(
     path: str | os.PathLike,
     environ: Mapping[str, str] | None = None,
@@ -488,6 +514,7 @@ def load_launch_script(
     line: int | None = None,
     world_size_given: bool = False,
     release: str = "main",
+    gpus_per_node: int | None = None,
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
@@ -499,6 +526,8 @@ def load_launch_script(
     counts need not resolve.
     ``line``: the line of the launch command, when the script runs more than one.
     ``release``: the label of the Megatron release whose flags the launch passes.
+    ``gpus_per_node``: the GPUs of the node the job runs on, what a command counting them prints
+    (``launch.machine``); None: not known.
     The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
     only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
@@ -514,6 +543,7 @@ def load_launch_script(
     loader = _Loader(display, environ, cwd)
     loader.world_size_given = world_size_given
     loader.release = release
+    loader.reader.machine_output = gpu_count_probe(gpus_per_node, loader.notices)
     sbatch, sbatch_problems = read_sbatch(text, display)
     loader.problems.extend(sbatch_problems)
     inherited = dict(environ)
