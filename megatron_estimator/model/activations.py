@@ -542,8 +542,10 @@ def embedding_activations(config: EstimatorConfig) -> int:
     return replicated_elements(config) if config.model.hidden_dropout > 0 else 0
 
 
-def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
-    """Last stage: (kept per microbatch, transient at the loss).
+def loss_activations(config: EstimatorConfig, main: bool = True) -> tuple[int, int]:
+    """Last stage: (kept per microbatch, transient at the loss); ``main``: the main output
+    layer's loss (False: an MTP layer's), which distillation with ``skip_lm_loss`` does not
+    run while training (model/distillation.py): then only the output layer's input is kept.
 
     Kept: the final norm's input and statistics, the output layer's input, and the fp32
     softmax the vocab-parallel cross entropy saves (megatron/core/tensor_parallel/
@@ -554,6 +556,8 @@ def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
     m = config.model
     d = dims(config)
     kept = d.residual * d.tokens_r * m.hidden_size + d.act * d.tokens_r * m.hidden_size + d.stat * d.tokens_r
+    if main and config.distillation is not None and config.distillation.skip_lm_loss:
+        return kept, 0
     logits = d.tokens * m.padded_vocab_size // d.t
     kept += 4 * logits
     transient = d.act * logits if d.act != 4 else 0
@@ -575,5 +579,5 @@ def mtp_layer_activations(config: EstimatorConfig) -> int:
         layer = sum(hybrid_layer_activations(config, kind).total for kind in m.hybrid.mtp_kinds)
     else:
         layer = layer_activations(config, m.num_layers - 1).total
-    loss_kept, _ = loss_activations(config)
+    loss_kept, _ = loss_activations(config, main=False)
     return norms + concat + layer + loss_kept
