@@ -137,6 +137,10 @@ def with_distillation(config: EstimatorConfig, derived: Mapping[str, Any], raw: 
         # Dropped before the overlay (model_builder.py:143), so TransformerConfig recomputes it:
         # megatron/core/transformer/transformer_config.py __post_init__ kv_channels = h / heads.
         ns["kv_channels"] = ns["hidden_size"] // ns["num_attention_heads"]
+    if not ns.get("group_query_attention"):
+        # Without GQA Megatron passes num_query_groups=None (megatron/training/argument_utils.py
+        # :330-333) and TransformerConfig takes the teacher's heads (transformer_config.py:1458).
+        ns["num_query_groups"] = ns["num_attention_heads"]
     teacher = build_config(ns, vocab, config.world_size_source, environ, (), frozenset(), run, family=family).model
     kd = Distillation(teacher=teacher, teacher_source=source, teacher_overrides=tuple(sorted(overrides)),
                       skip_lm_loss=skip, intermediate_pairs=pairs, kd_cfg_source=kd_source)
