@@ -36,6 +36,7 @@ class MoeConfig:
     router_dtype: str | None
     latent_size: int | None
     apply_probs_on_input: bool                # --moe-apply-probs-on-input
+    score_function: str = "softmax"           # --moe-router-score-function: softmax | sigmoid
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             router_dtype=ns.get("moe_router_dtype"),
             latent_size=ns.get("moe_latent_size"),
             apply_probs_on_input=bool(ns.get("moe_apply_probs_on_input")),
+            score_function=ns.get("moe_router_score_function") or "softmax",
         )
     mla = None
     if ns.get("multi_latent_attention"):

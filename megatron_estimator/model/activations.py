@@ -290,6 +290,12 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     # (fp32) and the permutation indices (int64): 20 bytes per k.
     prob_bytes = 4 if moe.router_dtype in ("fp32", "fp64") else 2
     router = tokens * (moe.num_experts * (1 + prob_bytes) + 20 * moe.router_topk)
+    if moe.score_function == "sigmoid":
+        # megatron/core/transformer/moe/moe_utils.py topk_routing_with_score_function
+        # (core_v0.16.1:717): torch.sigmoid(logits.float()) saves its fp32 [T, E] output for
+        # backward, whatever --moe-router-dtype (measured with megatron-core's own router:
+        # tests/test_mcore_crosscheck.py).
+        router += tokens * 4 * moe.num_experts
     rows = routed_rows(config, imbalance)
     etp = config.parallel.etp
     fc1_width = 2 * moe.ffn_hidden_size if m.gated_linear_unit else moe.ffn_hidden_size
