@@ -172,3 +172,15 @@ def test_ci_distillation_run_within_five_percent():
     assert verdict.estimate is not None, verdict.problems
     peak = verdict.estimate.stages[-1].allocated_peak_bytes
     assert abs(peak - CI_MEASURED) / CI_MEASURED < 0.05
+
+
+def test_the_planner_counts_what_the_estimate_counts(tmp_path):
+    # The planner checks each reported layout's fast figures against the estimator's own
+    # (planner/candidates.py raises when they differ): the teacher's weights and the KL loss's
+    # buffers must be in both.
+    (tmp_path / "model_config.yaml").write_text(TEACHER_YAML)
+    text = STUDENT.replace("--micro-batch-size 2", "--micro-batch-size 1") + " --global-batch-size 8"
+    result = run(["plan", "--world-size", "4", "--gpu", "h100", "--"]
+                 + flags(text + f" --export-kd-teacher-load {tmp_path}"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "internal error" not in result.stderr

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from megatron_estimator.config.typed import Distillation, EstimatorConfig, build_config
 from megatron_estimator.core.hints import did_you_mean
@@ -122,18 +122,29 @@ def kd_settings(ns: Mapping[str, Any], problems: list[Problem]) -> tuple[bool, i
     return skip, pairs, path
 
 
-def with_distillation(config: EstimatorConfig, derived: Mapping[str, Any], raw: RawArgs, vocab,
-                      environ: Mapping[str, str], family: str, problems: list[Problem]) -> EstimatorConfig:
-    """``config`` with its ``Distillation`` when --export-kd-teacher-load is set; the problems
-    of the teacher's and the distillation config's files are added to ``problems``."""
-    if not derived.get("export_kd_teacher_load"):
-        return config
-    run = config.run
-    overrides, source = teacher_overrides(derived, run.release.version, problems)
-    skip, pairs, kd_source = kd_settings(derived, problems)
+class KdFiles(NamedTuple):
+    """What the teacher's and the distillation config's files say (read once per input)."""
+    overrides: dict
+    teacher_source: str
+    skip_lm_loss: bool
+    intermediate_pairs: int
+    kd_cfg_source: str
+
+
+def read_kd_files(ns: Mapping[str, Any], release: str, problems: list[Problem]) -> KdFiles:
+    """The teacher's settings and the distillation config, their problems added to ``problems``."""
+    overrides, source = teacher_overrides(ns, release, problems)
+    skip, pairs, kd_source = kd_settings(ns, problems)
+    return KdFiles(overrides, source, skip, pairs, kd_source)
+
+
+def attach_distillation(config: EstimatorConfig, derived: Mapping[str, Any], vocab, environ: Mapping[str, str],
+                        family: str, files: KdFiles) -> EstimatorConfig:
+    """``config`` (built from ``derived``) with its ``Distillation``: the teacher built from the
+    same derived namespace overlaid with its file's settings (the planner calls it per layout)."""
     ns = dict(derived)
-    ns.update({k: v for k, v in overrides.items() if k not in STUDENT_KWARGS})
-    if "kv_channels" not in overrides:
+    ns.update({k: v for k, v in files.overrides.items() if k not in STUDENT_KWARGS})
+    if "kv_channels" not in files.overrides:
         # Dropped before the overlay (model_builder.py:143), so TransformerConfig recomputes it:
         # megatron/core/transformer/transformer_config.py __post_init__ kv_channels = h / heads.
         ns["kv_channels"] = ns["hidden_size"] // ns["num_attention_heads"]
@@ -141,7 +152,19 @@ def with_distillation(config: EstimatorConfig, derived: Mapping[str, Any], raw: 
         # Without GQA Megatron passes num_query_groups=None (megatron/training/argument_utils.py
         # :330-333) and TransformerConfig takes the teacher's heads (transformer_config.py:1458).
         ns["num_query_groups"] = ns["num_attention_heads"]
-    teacher = build_config(ns, vocab, config.world_size_source, environ, (), frozenset(), run, family=family).model
-    kd = Distillation(teacher=teacher, teacher_source=source, teacher_overrides=tuple(sorted(overrides)),
-                      skip_lm_loss=skip, intermediate_pairs=pairs, kd_cfg_source=kd_source)
+    teacher = build_config(ns, vocab, config.world_size_source, environ, (), frozenset(), config.run,
+                           family=family).model
+    kd = Distillation(teacher=teacher, teacher_source=files.teacher_source,
+                      teacher_overrides=tuple(sorted(files.overrides)), skip_lm_loss=files.skip_lm_loss,
+                      intermediate_pairs=files.intermediate_pairs, kd_cfg_source=files.kd_cfg_source)
     return replace(config, distillation=kd)
+
+
+def with_distillation(config: EstimatorConfig, derived: Mapping[str, Any], raw: RawArgs, vocab,
+                      environ: Mapping[str, str], family: str, problems: list[Problem]) -> EstimatorConfig:
+    """``config`` with its ``Distillation`` when --export-kd-teacher-load is set; the problems
+    of the teacher's and the distillation config's files are added to ``problems``."""
+    if not derived.get("export_kd_teacher_load"):
+        return config
+    files = read_kd_files(derived, config.run.release.version, problems)
+    return attach_distillation(config, derived, vocab, environ, family, files)
