@@ -49,7 +49,8 @@ def test_every_conditional_flag_is_classified():
     conditional = [spec.dest for spec in flag_table() if spec.conditional]
     assert {spec.conditional for spec in flag_table() if spec.conditional} == {"modelopt", "kitchen"}
     assert not _misclassified(conditional)
-    assert fe.classify("export_kd_teacher_load") == fe.NOT_MODELLED_KIND
+    assert fe.classify("export_kd_teacher_load") == fe.MODELLED_KIND      # model/distillation.py
+    assert fe.classify("modelopt_enabled") == fe.NOT_MODELLED_KIND
     assert fe.classify("kitchen_config_file") == fe.NOT_MODELLED_KIND
     assert fe.classify("export_quant_cfg") == fe.NO_MEMORY_EFFECT_KIND
 

@@ -191,6 +191,26 @@ def test_layer_activations_equal_saved_tensors(megatron_core, name, text, world)
     assert layer_activations(config, 1).total == measured.layer_bytes(1)
 
 
+SIGMOID_KEYS = frozenset({"moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_dtype"})
+SIGMOID_MOE = ACT_LLAMA + (" --num-experts 64 --moe-router-topk 2 --moe-ffn-hidden-size 128 "
+                           "--moe-router-score-function sigmoid")
+
+
+@pytest.mark.parametrize("extra", ["", "--moe-router-dtype fp32 --moe-router-enable-expert-bias"])
+def test_sigmoid_router_keeps_its_fp32_scores(megatron_core, extra):
+    # megatron-core 0.16.1's own TopKRouter on CPU: torch.sigmoid(logits.float()) saves its fp32
+    # [T, E] output (moe_utils.py:717), 4 * 64 bytes per token more than the softmax router.
+    # What remains unexplained is at most 8 bytes per token (the fp32 router's [T] statistics).
+    from conftest import resolve
+    from megatron_estimator.model.activations import layer_activations
+
+    text = SIGMOID_MOE + " " + extra
+    measured = mcore_reference.saved_activation_bytes(spec_for(text, extra_keys=ACTIVATION_SPEC_KEYS | SIGMOID_KEYS),
+                                                      seq_length=128, micro_batch_size=2).layer_bytes(1)
+    tokens = 128 * 2
+    assert abs(layer_activations(resolve(text, 1), 1).total - measured) <= 8 * tokens
+
+
 # --- Hybrid (Mamba) models: megatron-core 0.16.1's MambaModel, per pipeline rank -------------
 #
 # tests/mcore_hybrid_reference.py builds MambaModel on the meta device with test-only stubs for

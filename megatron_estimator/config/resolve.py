@@ -15,6 +15,7 @@ from megatron_estimator.config.hybrid import normalize_namespace, unified_patter
 from megatron_estimator.config.run_context import RunContext, resume_of
 from megatron_estimator.config.typed import EstimatorConfig, build_config
 from megatron_estimator.config.derive import derive_namespace
+from megatron_estimator.config.distillation import with_distillation
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
 from megatron_estimator.megatron.flags import flag_table
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
@@ -155,5 +156,11 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     problems.raise_if_any()
     if tokenizer_defaulted and vocab.source.startswith("GPT2BPETokenizer"):
         notes.append("tokenizer: GPT2BPETokenizer, pretrain_gpt.py's default --tokenizer-type")
-    return build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings), run,
-                        family=family.name if family is not None else "gpt")
+    family_name = family.name if family is not None else "gpt"
+    config = build_config(derived, vocab, source, environ, tuple(notes), frozenset(raw.settings), run,
+                          family=family_name)
+    kd_problems: list[Problem] = []
+    config = with_distillation(config, derived, raw, vocab, environ, family_name, kd_problems)
+    problems.extend(kd_problems)
+    problems.raise_if_any()
+    return config

@@ -36,6 +36,7 @@ class MoeConfig:
     router_dtype: str | None
     latent_size: int | None
     apply_probs_on_input: bool                # --moe-apply-probs-on-input
+    score_function: str = "softmax"           # --moe-router-score-function: softmax | sigmoid
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,25 @@ class KernelConfig:
 
 
 @dataclass(frozen=True)
+class Distillation:
+    """ModelOpt knowledge distillation (--export-kd-teacher-load): what the memory model needs
+    of the teacher and of the distillation config (config/distillation.py builds it).
+
+    ``teacher``: the teacher's model shape, built with the student's parallel layout (Megatron
+    builds it from the student's arguments overlaid with the teacher's model_config.yaml,
+    megatron/post_training/model_builder.py ``_load_teacher_model_config``);
+    ``teacher_source``: where that shape came from; ``teacher_overrides``: the dests the
+    teacher's file set.  ``skip_lm_loss``, ``intermediate_pairs``, ``kd_cfg_source``: from
+    --export-kd-cfg (ModelOpt's ``DistillationConfig`` defaults when it is not readable here)."""
+    teacher: ModelConfig
+    teacher_source: str
+    teacher_overrides: tuple[str, ...]
+    skip_lm_loss: bool
+    intermediate_pairs: int
+    kd_cfg_source: str
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     model: ModelConfig
     parallel: ParallelDims
@@ -212,6 +232,7 @@ class EstimatorConfig:
     # (flag, what it changes) for each flag the user set, away from Megatron's default, that
     # changes memory but is not modelled (megatron/flag_effects.py ``memory_assumptions``).
     not_modelled: tuple[tuple[str, str], ...] = ()
+    distillation: Distillation | None = None
     given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
     def __hash__(self) -> int:
@@ -222,7 +243,8 @@ class EstimatorConfig:
         if cached is None:
             cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
                            self.optimizer, self.kernels, self.offload, self.checkpoint,
-                           self.world_size_source, self.run, self.notes, self.not_modelled))
+                           self.world_size_source, self.run, self.notes, self.not_modelled,
+                           self.distillation))
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -379,6 +401,7 @@ def build_config(ns: Mapping[str, Any], vocab, world_size_source: str, environ: 
             router_dtype=ns.get("moe_router_dtype"),
             latent_size=ns.get("moe_latent_size"),
             apply_probs_on_input=bool(ns.get("moe_apply_probs_on_input")),
+            score_function=ns.get("moe_router_score_function") or "softmax",
         )
     mla = None
     if ns.get("multi_latent_attention"):

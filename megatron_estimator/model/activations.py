@@ -290,6 +290,12 @@ def moe_mlp_bytes(config: EstimatorConfig, imbalance: float = 0.0) -> int:
     # (fp32) and the permutation indices (int64): 20 bytes per k.
     prob_bytes = 4 if moe.router_dtype in ("fp32", "fp64") else 2
     router = tokens * (moe.num_experts * (1 + prob_bytes) + 20 * moe.router_topk)
+    if moe.score_function == "sigmoid":
+        # megatron/core/transformer/moe/moe_utils.py topk_routing_with_score_function
+        # (core_v0.16.1:717): torch.sigmoid(logits.float()) saves its fp32 [T, E] output for
+        # backward, whatever --moe-router-dtype (measured with megatron-core's own router:
+        # tests/test_mcore_crosscheck.py).
+        router += tokens * 4 * moe.num_experts
     rows = routed_rows(config, imbalance)
     etp = config.parallel.etp
     fc1_width = 2 * moe.ffn_hidden_size if m.gated_linear_unit else moe.ffn_hidden_size
@@ -542,8 +548,10 @@ def embedding_activations(config: EstimatorConfig) -> int:
     return replicated_elements(config) if config.model.hidden_dropout > 0 else 0
 
 
-def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
-    """Last stage: (kept per microbatch, transient at the loss).
+def loss_activations(config: EstimatorConfig, main: bool = True) -> tuple[int, int]:
+    """Last stage: (kept per microbatch, transient at the loss); ``main``: the main output
+    layer's loss (False: an MTP layer's), which distillation with ``skip_lm_loss`` does not
+    run while training (model/distillation.py): then only the output layer's input is kept.
 
     Kept: the final norm's input and statistics, the output layer's input, and the fp32
     softmax the vocab-parallel cross entropy saves (megatron/core/tensor_parallel/
@@ -554,6 +562,8 @@ def loss_activations(config: EstimatorConfig) -> tuple[int, int]:
     m = config.model
     d = dims(config)
     kept = d.residual * d.tokens_r * m.hidden_size + d.act * d.tokens_r * m.hidden_size + d.stat * d.tokens_r
+    if main and config.distillation is not None and config.distillation.skip_lm_loss:
+        return kept, 0
     logits = d.tokens * m.padded_vocab_size // d.t
     kept += 4 * logits
     transient = d.act * logits if d.act != 4 else 0
@@ -575,5 +585,5 @@ def mtp_layer_activations(config: EstimatorConfig) -> int:
         layer = sum(hybrid_layer_activations(config, kind).total for kind in m.hybrid.mtp_kinds)
     else:
         layer = layer_activations(config, m.num_layers - 1).total
-    loss_kept, _ = loss_activations(config)
+    loss_kept, _ = loss_activations(config, main=False)
     return norms + concat + layer + loss_kept

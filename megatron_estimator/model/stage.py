@@ -24,6 +24,7 @@ from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatche
 from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, ModelShape, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
+from megatron_estimator.model.distillation import kd_logits_buffers, kd_loss_transient, teacher_weight_bytes
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from megatron_estimator.model.parameters import (ParamTensor, chunk_blocks, chunk_structure, chunk_tensors,
                                                  SHARED_TOPK_DSA, count, layer_kind, layer_runs, layer_template,
@@ -180,7 +181,8 @@ def _loss_transient(config: EstimatorConfig, compute_capability: float = 9.0) ->
         # added to main_grad (megatron/core/tensor_parallel/layers.py without fusion).
         weight_grad = d.act * m.padded_vocab_size // d.t * m.hidden_size
         transient = max(transient, weight_grad - 2 * logits)
-    return transient
+    # Distillation: ModelOpt's KL loss runs after the forward, with the saved activations.
+    return max(transient, kd_loss_transient(config))
 
 
 def _batch_bytes(config: EstimatorConfig) -> int:
@@ -479,7 +481,8 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
     activations += deferred
 
     exchange = held_states.checkpoint_exchange
-    other = terms.unscheduled + states.fsdp_transient + exchange
+    teacher = teacher_weight_bytes(config, stage)
+    other = terms.unscheduled + states.fsdp_transient + exchange + teacher
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
     device = device_overhead(p, config.model.moe is not None, overheads, memory.total)
@@ -497,6 +500,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("fsdp_unsharded_in_flight", states.fsdp_transient),
         ("deferred_embedding_wgrad", deferred),
         ("checkpoint_load_buffers", exchange),
+        ("teacher_weights", teacher),
     )
     return StageEstimate(
         pipeline_rank=stage.pp_rank,
@@ -683,6 +687,14 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
         items.append(Assumed("dsa_kernels", None, {"layers": hybrid.layer_kinds.count("D"),
                                                    "backend": hybrid.dsa.kernel_backend,
                                                    "unfused": config.kernels.attention_backend == "unfused"}))
+    kd = config.distillation
+    if kd is not None:
+        teacher = [dict(s.details).get("teacher_weights", 0) for s in stages]
+        items.append(Assumed("distillation", kd_logits_buffers(config.parallel.tp), {
+            "teacher_source": kd.teacher_source, "teacher_overrides": kd.teacher_overrides,
+            "teacher_bytes": max(teacher, default=0), "skip_lm_loss": kd.skip_lm_loss,
+            "intermediate_pairs": kd.intermediate_pairs, "kd_cfg_source": kd.kd_cfg_source,
+            "tp": config.parallel.tp}))
     if k.tp_comm_overlap:
         items.append(Assumed("tp_comm_overlap"))
     for note in config.notes:

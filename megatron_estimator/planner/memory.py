@@ -55,6 +55,7 @@ from typing import Mapping
 from megatron_estimator.config.parallel import ParallelDims
 from megatron_estimator.model import activations as act
 from megatron_estimator.model import stage as stage_model
+from megatron_estimator.model.distillation import teacher_weight_bytes
 from megatron_estimator.model.layout import ModelChunk, StageLayout, live_states
 from megatron_estimator.config.typed import with_distributed_optimizer
 from megatron_estimator.model.states import DTYPE_BYTES
@@ -265,6 +266,12 @@ class LayoutMemory:
             ns.update(expert_overlay(self.layout.ep, self.layout.etp))
             self._config = build_config(ns, self.search.vocabulary(self.layout.tp), "plan", self.search.env,
                                         run=self.search.run_context, family=self.search.family_name)
+            files = self.search.kd_files()
+            if files is not None:      # distillation: the teacher for this layout (config/distillation.py)
+                from megatron_estimator.config.distillation import attach_distillation
+
+                self._config = attach_distillation(self._config, ns, self.search.vocabulary(self.layout.tp),
+                                                   self.search.env, self.search.family_name, files)
         return self._config
 
     def states_exceed(self, do: bool) -> bool:
@@ -515,6 +522,8 @@ class StageParts:
         kept, other = acts._stages.get((group.stage_id, rid)) or acts.stage(group, self.rec, rid)
         if group.runs_loss:
             other += acts.deferred(self.m)
+        if memory.config.distillation is not None:
+            other += teacher_weight_bytes(memory.config, group.stage)    # model/stage.py estimate_stage
         pp = memory.layout.pp
         if pp == 1:
             live = sum(kept)                              # layout.microbatches_in_flight: one at a time

@@ -430,6 +430,18 @@ class _Search:
         """A small int for a stage or chunk structure, the same for equal structures."""
         return self._interned.setdefault(structure, len(self._interned))
 
+    def kd_files(self):
+        """Distillation's files (config/distillation.py ``read_kd_files``), read once; None
+        without --export-kd-teacher-load.  Their problems were reported by the input's resolve."""
+        if not hasattr(self, "_kd_files"):
+            files = None
+            if self.namespace.get("export_kd_teacher_load"):
+                from megatron_estimator.config.distillation import read_kd_files
+
+                files = read_kd_files(self.namespace, self.megatron.version, [])
+            self._kd_files = files
+        return self._kd_files
+
     def vocabulary(self, tp: int):
         from megatron_estimator.config.vocab import vocabulary_of
 
