@@ -205,3 +205,25 @@ def _read_megatron_log(path, options: ReadOptions) -> FileInput:
 
 register(FileFormat("hf-config", _read_hf_config))
 register(FileFormat("megatron-log", _read_megatron_log))
+
+
+def _read_bridge_yaml(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.core.problems import Problem as _Problem
+    from megatron_estimator.inputs.trees.bridge import load_bridge_yaml, skip_reason as bridge_skip
+
+    name = str(path)
+    text = read_input_text(path_string(path), "yaml", errors="replace")
+    loaded = load_bridge_yaml(name, text, release=options.release)
+    problems = loaded.problems
+    if loaded.partial and not problems:
+        problems = (_Problem("partial-config", f"{name}:1", bridge_skip(text).removeprefix("not checked: ")),)
+    return FileInput(loaded.raw, tuple(problems), notes=loaded.notes + loaded.assumptions)
+
+
+def _bridge_skip_reason(path) -> str | None:
+    from megatron_estimator.inputs.trees.bridge import skip_reason as bridge_skip
+
+    return bridge_skip(read_input_text(path_string(path), "yaml", errors="replace"))
+
+
+register(FileFormat("bridge-yaml", _read_bridge_yaml, _bridge_skip_reason))
