@@ -80,13 +80,16 @@ print(json.dumps({"importable": True, "error": None}))
 def _split(argv: Sequence[str], locations: Sequence[str] | None, specs) -> tuple[dict, list, list, list]:
     """run_recipe.py's parse_known_args: (its own flags' values, the overrides (text, location),
     the override files (path, location), problems)."""
-    own = {o: s for s in specs for o in s.option_strings}
+    from megatron_estimator.inputs.frameworks.adapter import load_flag_table
+
+    # its source's flags, else (an older or partial copy) its flag table's
+    own = {o: s for s in (*load_flag_table(FRAMEWORK.flag_table), *specs) for o in s.option_strings}
     values: dict = {}
     common: list = []                   # the convenience flags' overrides
     overrides: list = []                # the trailing key=value ones, which win (run_recipe.py's docstring)
     files: list = []
     problems: list = []
-    at = lambda i: locations[i] if locations is not None and i < len(locations) else f"argv[{i}]"   # noqa: E731
+    at = lambda i: locations[i] if locations is not None and i < len(locations) else argv[i].split("=", 1)[0]   # noqa: E731
     i = 0
     while i < len(argv):
         token = argv[i]

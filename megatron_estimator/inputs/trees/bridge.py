@@ -65,7 +65,7 @@ _MP_DEFAULTS = {"fp16": False, "bf16": False, "grad_reduce_in_fp32": True, "fp8"
 _DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
            "torch.half": "fp16", "torch.uint8": "fp8", "torch.float8_e4m3fn": "fp8"}
 # Model fields set from the precision (params_dtype from bf16/fp16) or read by nothing the estimator models.
-_DERIVED = {"params_dtype", "pipeline_dtype", "autocast_dtype", "_target_", "gated_linear_unit",
+_DERIVED = {"should_pad_vocab", "params_dtype", "pipeline_dtype", "autocast_dtype", "_target_", "gated_linear_unit",
             "activation_func", "share_embeddings_and_output_weights", "num_query_groups"}
 
 
@@ -261,6 +261,14 @@ class _Mapper:
             else:
                 unread.append(key)
         self._activation(model)
+        if not model.get("should_pad_vocab", False) and "vocab_size" in self.settings:
+            # GPTModelProvider.provide pads the vocabulary only when should_pad_vocab (default False,
+            # gpt_provider.py:184, 266); Megatron pads to make_vocab_size_divisible_by x tp: 1 keeps it
+            # (a multiple of tp, which the vocab-parallel embedding needs anyway)
+            self.settings["make_vocab_size_divisible_by"] = RawSetting(
+                "make_vocab_size_divisible_by", 1, self.loc("model", "should_pad_vocab"))
+            self.assumptions.append("Megatron-Bridge: the vocabulary is model.vocab_size unpadded "
+                                    "(GPTModelProvider.should_pad_vocab false, gpt_provider.py:184)")
         groups, heads = model.get("num_query_groups"), model.get("num_attention_heads")
         if groups is not None:
             self.put("group_query_attention", groups != heads, "model", "num_query_groups")
@@ -352,6 +360,8 @@ class _Mapper:
             return
         for key, field_value in fields.items():
             dest = _MP_RENAMED.get(key, key)
+            if key.startswith(("fp8_", "fp4_")) and not fields.get(key[:3]):
+                continue                    # a recipe of a low precision the config does not use
             field_value = _plain_target(field_value)
             if self.table.by_dest(dest) is None or (dest not in self.settings and field_value in (None, False, 0)):
                 continue                    # Megatron's default already: nothing to overwrite
