@@ -151,7 +151,12 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         return None
     named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
     words = code.split()
-    if any(n[2] == "training" or _framework_program(n[0], n[1], None, words) is not None for n in named):
+    frameworks = [f for f in (_framework_program(n[0], n[1], None, words) for n in named) if f is not None]
+    if frameworks and not any(n[2] == "training" for n in named):
+        # a framework's launch the reader cannot reach; one it could not check here anyway is said so
+        why = next((w for w in (f.not_checked(None) for f in frameworks if f.not_checked is not None) if w), None)
+        return f"not checked: {why}" if why is not None else None
+    if any(n[2] == "training" for n in named):
         return None       # a training launch the reader cannot reach: check reports why, never a silent pass
     if named and all(n[2] == "none" for n in named):
         return "starts no training: it runs " + "; ".join(f"{n[0]}, {n[3]}" for n in named)
