@@ -73,8 +73,8 @@ def register(fmt: FileFormat) -> FileFormat:
 
 _UNKNOWN = ("not a seed-format YAML (sections model:, parallelism:, training:, precision: holding mostly the "
             "seed format's keys), a Megatron --yaml-cfg YAML (top-level "
-            "language_model: or model_parallel:), a launch script or a HuggingFace config.json (model_type or "
-            "architectures)")
+            "language_model: or model_parallel:), a Megatron-Bridge ConfigContainer YAML (model:, train:, "
+            "optimizer:... sections), a launch script or a HuggingFace config.json (model_type or architectures)")
 
 
 def read_file(path: str | os.PathLike, options: ReadOptions) -> FileInput:
@@ -102,8 +102,8 @@ def skip_reason(path: str | os.PathLike) -> str | None:
     kind = detect_format(path)
     fmt = READERS.get(kind)
     if fmt is None:
-        return None if kind != "unknown" else ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script "
-                                               "or a HuggingFace config.json")
+        return None if kind != "unknown" else ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a Megatron-Bridge "
+                                               "config, a launch script or a HuggingFace config.json")
     return fmt.skip_reason(path) if fmt.skip_reason is not None else None
 
 
