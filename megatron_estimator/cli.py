@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH_COMMAND")
 
     p = sub.add_parser("check", help="validate and estimate config files and launch scripts",
-                       description="Validate and estimate each file (seed YAML, Megatron --yaml-cfg YAML, "
+                       description="Validate and estimate each file (seed YAML, Megatron --yaml-cfg YAML, Megatron-Bridge YAML, "
                                    "launch/sbatch script, HuggingFace config.json); all files are checked; "
                                    "the exit code is the worst verdict.",
                        allow_abbrev=False)

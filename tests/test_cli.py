@@ -226,7 +226,8 @@ def test_check_names_the_top_level_keys_a_flat_yaml_lacks(tmp_path):
         "  invalid input, 1 problem:",
         f"  error: {flat}: not a seed-format YAML (sections model:, parallelism:, training:, precision: holding "
         "mostly the seed format's keys), a Megatron --yaml-cfg "
-        "YAML (top-level language_model: or model_parallel:), a launch script or a HuggingFace config.json "
+        "YAML (top-level language_model: or model_parallel:), a Megatron-Bridge ConfigContainer YAML (model:, "
+        "train:, optimizer:... sections), a launch script or a HuggingFace config.json "
         "(model_type or architectures) [unknown-format]",
     ]
     assert "Traceback" not in result.stderr

@@ -173,13 +173,16 @@ items:
 """
 
 
-@pytest.mark.parametrize("text", [VERL_CRITIC, BRIDGE_OVERRIDE, BRIDGE_CARD])
-def test_other_formats_with_a_model_key_are_not_the_seed_format(tmp_path, text):
+@pytest.mark.parametrize("text, kind", [(VERL_CRITIC, "unknown"), (BRIDGE_OVERRIDE, "bridge-yaml"),
+                                        (BRIDGE_CARD, "unknown")])
+def test_other_formats_with_a_model_key_are_not_the_seed_format(tmp_path, text, kind):
     # keys counted: the top-level ones and those of the seed sections; seed ones / all:
     # verl critic: 6 top-level (only model: seed) + model's _target_, override_config -> 1 / 8;
     # Bridge override: 4 top-level (model) + model's 4, parallel / training keys that the
-    # seed format keeps under parallelism: / training:, not model: -> 1 / 8; card: 1 / 6
-    assert detect_format(write(tmp_path, "c.yaml", text)) == "unknown"
+    # seed format keeps under parallelism: / training:, not model: -> 1 / 8; card: 1 / 6.
+    # The Bridge override file is Bridge's (model: beside train:, optimizer:, checkpoint:); the
+    # card's title:, summary:, items: are no ConfigContainer sections.
+    assert detect_format(write(tmp_path, "c.yaml", text)) == kind
 
 
 def test_a_seed_file_with_a_few_typos_is_still_the_seed_format(tmp_path):

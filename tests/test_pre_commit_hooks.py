@@ -240,7 +240,8 @@ def test_files_that_are_not_training_inputs_are_passed_over(training_repo):
     files = [".github/workflows/ci.yml", "docker-compose.yaml", "scripts/setup_env.sh", "configs/llama3-8b.yaml"]
     result = run_hook(files, cwd=training_repo, user_args=["--gpu", "h100"])
     assert result.returncode == 0, result.stdout + result.stderr
-    not_config = "not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script or a HuggingFace config.json"
+    not_config = ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a Megatron-Bridge config, a launch script or "
+                  "a HuggingFace config.json")
     assert result.stderr.splitlines() == [
         f"megatron-estimator check: skipped .github/workflows/ci.yml: {not_config}",
         f"megatron-estimator check: skipped docker-compose.yaml: {not_config}",

@@ -12,9 +12,13 @@
   those of its seed sections (model, parallelism, training, precision) -- are the keys
   schemas/seed-config.schema.json gives that place.  So a seed file with a typo or two is still
   read (and its typos reported), while YAML of other formats with a ``model:`` key (verl's
-  ``megatron_critic.yaml``: ``_target_``, ``strategy``...; Megatron-Bridge override files, whose
-  ``model:`` holds parallel sizes and sits beside ``train:``, ``optimizer:``...; model cards) is
-  ``unknown``.
+  ``megatron_critic.yaml``: ``_target_``, ``strategy``...; model cards) is ``unknown``, and
+  Megatron-Bridge files, whose ``model:`` sits beside ``train:``, ``optimizer:``..., are
+  ``bridge-yaml``.
+- ``bridge-yaml``: Megatron-Bridge's ``ConfigContainer`` YAML or an override file for one, told by
+  its shape (``inputs/trees/bridge.bridge_shaped``): two or more of its top-level sections
+  (model, train, optimizer, ddp, dataset, scheduler, checkpoint, logger...), one of them
+  ``model:`` or ``train:``, and no top-level key that is not a ``ConfigContainer`` field.
 - ``mixed-yaml``: a seed-shaped file that also has a top-level key of Megatron's ``--yaml-cfg``
   format (a mistake to report, not a file to skip).
 - ``megatron-log``: a Megatron training log: the header of the arguments block rank 0 prints
@@ -35,10 +39,10 @@ from typing import Literal
 
 from megatron_estimator.core.resources import load_schema, parse_bound_error, path_string, path_suffix, read_input_bytes
 
-FORMATS = ("seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
+FORMATS = ("seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
 
 
-Format = Literal["seed-yaml", "megatron-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
+Format = Literal["seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
@@ -80,9 +84,27 @@ def detect_format(path: str | os.PathLike) -> Format:
         return "seed-yaml"
     if seed and megatron:
         return "mixed-yaml"
+    if not megatron and _bridge_shaped(keys):
+        return "bridge-yaml"
     if not keys and _LAUNCH_LINE.search(head):
         return "shell"
     return "unknown"
+
+
+# Megatron-Bridge's ConfigContainer fields (src/megatron/bridge/training/config.py:962-1010), and
+# the sections that mark a file as one (or as an override file for one).
+BRIDGE_SECTIONS = ("env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
+                   "optimizer_config_override_provider", "ddp", "validation", "scheduler", "dataset", "logger",
+                   "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
+                   "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart")
+_BRIDGE_SHAPE = frozenset({"model", "train", "optimizer", "ddp", "dataset", "scheduler", "checkpoint", "logger",
+                           "tokenizer", "mixed_precision", "rng", "dist", "comm_overlap", "profiling"})
+
+
+def _bridge_shaped(keys: set[str]) -> bool:
+    """Two or more of Bridge's sections, one of them model: or train:, and nothing else at the top."""
+    found = keys & _BRIDGE_SHAPE
+    return len(found) >= 2 and bool(found & {"model", "train"}) and keys <= set(BRIDGE_SECTIONS) | {"defaults"}
 
 
 def _section_keys(text: str) -> list[tuple[str, list[str]]]:

@@ -74,8 +74,8 @@ def register(fmt: FileFormat) -> FileFormat:
 
 _UNKNOWN = ("not a seed-format YAML (sections model:, parallelism:, training:, precision: holding mostly the "
             "seed format's keys), a Megatron --yaml-cfg YAML (top-level "
-            "language_model: or model_parallel:), a launch script or a HuggingFace config.json (model_type or "
-            "architectures)")
+            "language_model: or model_parallel:), a Megatron-Bridge ConfigContainer YAML (model:, train:, "
+            "optimizer:... sections), a launch script or a HuggingFace config.json (model_type or architectures)")
 
 
 def read_file(path: str | os.PathLike, options: ReadOptions) -> FileInput:
@@ -103,8 +103,8 @@ def skip_reason(path: str | os.PathLike) -> str | None:
     kind = detect_format(path)
     fmt = READERS.get(kind)
     if fmt is None:
-        return None if kind != "unknown" else ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a launch script "
-                                               "or a HuggingFace config.json")
+        return None if kind != "unknown" else ("not a seed-format YAML, a Megatron --yaml-cfg YAML, a Megatron-Bridge "
+                                               "config, a launch script or a HuggingFace config.json")
     return fmt.skip_reason(path) if fmt.skip_reason is not None else None
 
 
@@ -207,3 +207,25 @@ def _read_megatron_log(path, options: ReadOptions) -> FileInput:
 
 register(FileFormat("hf-config", _read_hf_config))
 register(FileFormat("megatron-log", _read_megatron_log))
+
+
+def _read_bridge_yaml(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.core.problems import Problem as _Problem
+    from megatron_estimator.inputs.trees.bridge import load_bridge_yaml, skip_reason as bridge_skip
+
+    name = str(path)
+    text = read_input_text(path_string(path), "yaml", errors="replace")
+    loaded = load_bridge_yaml(name, text, release=options.release)
+    problems = loaded.problems
+    if loaded.partial and not problems:
+        problems = (_Problem("partial-config", f"{name}:1", bridge_skip(text).removeprefix("not checked: ")),)
+    return FileInput(loaded.raw, tuple(problems), notes=loaded.notes + loaded.assumptions)
+
+
+def _bridge_skip_reason(path) -> str | None:
+    from megatron_estimator.inputs.trees.bridge import skip_reason as bridge_skip
+
+    return bridge_skip(read_input_text(path_string(path), "yaml", errors="replace"))
+
+
+register(FileFormat("bridge-yaml", _read_bridge_yaml, _bridge_skip_reason))

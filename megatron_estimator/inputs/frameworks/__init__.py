@@ -35,11 +35,12 @@ from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, 
 
 
 def _frameworks() -> tuple[Framework, ...]:
+    from megatron_estimator.inputs.frameworks.bridge import FRAMEWORK as BRIDGE
     from megatron_estimator.inputs.frameworks.mindspeed import FRAMEWORK as MINDSPEED
     from megatron_estimator.inputs.frameworks.pai import FRAMEWORK as PAI
     from megatron_estimator.inputs.frameworks.slime import FRAMEWORK as SLIME
 
-    return (MINDSPEED, SLIME, PAI)
+    return (MINDSPEED, SLIME, PAI, BRIDGE)
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -62,10 +63,11 @@ def _imports(source_path: str | None) -> set[str]:
         return set()
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        for name in names:     # each package and its parents: megatron.bridge.recipes -> megatron, megatron.bridge
+            parts = name.split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
     return found
 
 

@@ -34,6 +34,15 @@ class Adaptation:
 
 
 @dataclass(frozen=True)
+class ArgvRead:
+    """What a framework that parses its whole argv itself (``Framework.read_argv``) made of it."""
+
+    raw: Any
+    problems: tuple = ()
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Framework:
     name: str
     entry_patterns: tuple[str, ...]                  # ends of entry-program paths
@@ -43,6 +52,12 @@ class Framework:
     prefixes: tuple[str, ...] = ()                   # flags parsed apart by another parser (--sglang-*)
     adapt: Callable[[FrameworkFlags], Adaptation] | None = None
     unsupported: str | None = None                   # why the estimator does not model this stack
+    # The framework parses its whole argv itself (Megatron's parser never sees it): (argv,
+    # locations, entry, entry path, base dirs, its own flag specs, release) -> ArgvRead.
+    read_argv: Callable[..., ArgvRead] | None = None
+    # Why a launch of its entry program (its file, if found) cannot be checked here, or None;
+    # ``check --skip-unknown`` says "not checked: <why>" for it.
+    not_checked: Callable[[str | None], str | None] | None = None
 
 
 @dataclass(frozen=True)

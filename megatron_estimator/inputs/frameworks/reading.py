@@ -56,6 +56,11 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
                    "that stack's own tools, or launch it with Megatron-LM's entry scripts")
         return first.raw, (Problem("unsupported-stack", entry.location, message),), entry
     specs, origin = framework_flags(framework, path, base_dirs, release, python_path)
+    if framework.read_argv is not None:     # it parses its whole argv itself (Megatron-Bridge)
+        read = framework.read_argv(argv, locations, entry, path, base_dirs, specs, release)
+        entry = replace(entry, framework_flags=origin, assumptions=(f"framework: {framework.name}, its flags read "
+                                                                     f"from {origin}",) + read.assumptions)
+        return read.raw, tuple(read.problems), entry
     # Flags another parser takes apart (slime's --sglang-*, sglang_parse_args) are accepted as they are.
     apart = tuple(t.split("=", 1)[0] for t in argv if t.startswith(framework.prefixes)) if framework.prefixes else ()
     reading = read_megatron_argv(argv, locations=locations, source=source, script_flags=specs,

@@ -140,16 +140,23 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         program = f"-m {command.script}" if command.script_is_module else command.script
         if kind == "none":
             return f"starts no training: its launch at {launch.location} runs {program}, {what}"
-        if kind == "unknown" and _framework_program(command.script, command.script_is_module, found,
-                                                    launch.megatron_argv):
-            return None       # a framework's training entry program (inputs/frameworks): checked
+        framework = _framework_program(command.script, command.script_is_module, found, launch.megatron_argv) \
+            if kind == "unknown" else None
+        if framework is not None:     # a framework's training entry program (inputs/frameworks): checked
+            why = framework.not_checked(found) if framework.not_checked is not None else None
+            return f"not checked: {why}" if why is not None else None
         if kind == "unknown" and not any(re.match(MODEL_FLAG, token) for token in launch.megatron_argv):
             return (f"launches no Megatron training: its launch at {launch.location} runs {program}, {what}, "
                     f"with none of {_MODEL_FLAGS}")
         return None
     named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
     words = code.split()
-    if any(n[2] == "training" or _framework_program(n[0], n[1], None, words) for n in named):
+    frameworks = [f for f in (_framework_program(n[0], n[1], None, words) for n in named) if f is not None]
+    if frameworks and not any(n[2] == "training" for n in named):
+        # a framework's launch the reader cannot reach; one it could not check here anyway is said so
+        why = next((w for w in (f.not_checked(None) for f in frameworks if f.not_checked is not None) if w), None)
+        return f"not checked: {why}" if why is not None else None
+    if any(n[2] == "training" for n in named):
         return None       # a training launch the reader cannot reach: check reports why, never a silent pass
     if named and all(n[2] == "none" for n in named):
         return "starts no training: it runs " + "; ".join(f"{n[0]}, {n[3]}" for n in named)
@@ -158,13 +165,12 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
     return None
 
 
-def _framework_program(program: str, is_module: bool, found: str | None, argv) -> bool:
-    """Is ``program`` the training entry program of a framework the estimator reads (slime's
-    train.py with slime's flags, a Pai-Megatron-Patch pretrain script...; inputs/frameworks)?"""
+def _framework_program(program: str, is_module: bool, found: str | None, argv):
+    """The framework whose training entry program ``program`` is (slime's
+    train.py with slime's flags, a Pai-Megatron-Patch pretrain script...; inputs/frameworks), or None."""
     from megatron_estimator.inputs.entry_script import known_script
     from megatron_estimator.inputs.frameworks import recognise
 
-    framework = recognise(program, is_module, found, [w.strip("\"'") for w in argv],
-                          known_script(program, is_module) is not None)
-    return framework is not None
+    return recognise(program, is_module, found, [w.strip("\"'") for w in argv],
+                     known_script(program, is_module) is not None)
 

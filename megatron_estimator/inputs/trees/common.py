@@ -1,0 +1,45 @@
+"""What the tree readers share: the optional ``frameworks`` extra (OmegaConf, Hydra) and the
+located leaves of a YAML document.
+
+The extra is optional: without it a tree reader returns one ``missing-extra`` problem naming
+``megatron-estimator[frameworks]`` (``missing_extra``), never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.yamlpos import YamlNode, key_location
+
+EXTRA = "megatron-estimator[frameworks]"
+
+
+def omegaconf_or_none():
+    """The ``omegaconf`` module, or None when the extra is not installed."""
+    try:
+        import omegaconf
+    except ImportError:
+        return None
+    return omegaconf
+
+
+def missing_extra(location: str, what: str) -> Problem:
+    """The one problem for a tree config read without the extra."""
+    return Problem("missing-extra", location,
+                   f"reading {what} needs OmegaConf and Hydra, the optional extra: pip install '{EXTRA}'")
+
+
+def located_leaves(node: YamlNode, path: str, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+    """(key path, ``file:line key.path``) for every entry of a mapping tree, parents first."""
+    for key, child in (node.entries or {}).items():
+        here = prefix + (key,)
+        yield here, key_location(path, child.line, ".".join(here))
+        if child.is_mapping:
+            yield from located_leaves(child, path, here)
+
+
+def plain(value: Any) -> Any:
+    """A resolved OmegaConf container as plain dicts and lists (interpolations resolved)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
