@@ -44,15 +44,27 @@ def compose(config_dir: str, config_name: str, overrides: Sequence[str], where: 
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    import warnings
+
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None):
-            config = hydra_compose(config_name=config_name, overrides=list(overrides))
-        return OmegaConf.to_container(config, resolve=True)
+        with warnings.catch_warnings():             # Hydra warns of an unreachable searchpath; the error says it
+            warnings.simplefilter("ignore")
+            return _compose(config_dir, config_name, overrides, hydra_compose, initialize_config_dir, OmegaConf)
     except Exception as error:
-        raise TreeError(where, f"Hydra cannot compose it: {str(error).splitlines()[0]}") from None
+        first = str(error).splitlines()[0]
+        if "Could not load" in first:   # hydra.searchpath names verl's own folder (verl/trainer/config)
+            first += ("; a defaults entry is in verl's own config folder (verl/trainer/config), found through the "
+                      "file's hydra.searchpath: run from verl's checkout, or install verl where this runs")
+        raise TreeError(where, f"Hydra cannot compose it: {first}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _compose(config_dir, config_name, overrides, hydra_compose, initialize_config_dir, OmegaConf) -> dict:
+    with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None):
+        config = hydra_compose(config_name=config_name, overrides=list(overrides))
+    return OmegaConf.to_container(config, resolve=True)
 
 
 def read_verl(path: str, overrides: Sequence[str] = (), *, release: str = "main",
