@@ -185,8 +185,11 @@ class Settings:
     def force(self, dest: str, value: Any, key: str) -> None:
         self.settings[dest] = RawSetting(dest, value, self.locate(key))
 
-    def raw(self, model: RawArgs | None) -> RawArgs:
-        mine = RawArgs(dict(self.settings), self.source)
+    def raw(self, model: RawArgs | None, model_problems: Sequence[Problem] = ()) -> RawArgs:
+        # A model that could not be read is its one problem: the shape keys it would give are
+        # located there, so validation's "required" findings fold into it (api.evaluate).
+        at = model_problems[0].location if model_problems else None
+        mine = RawArgs(dict(self.settings), self.source, absent=(lambda dest: at) if at else None)
         return model.merged(mine) if model is not None else mine
 
 
@@ -346,5 +349,5 @@ def map_nemo_rl(tree: dict, locate: Callable[[str], str], source: str, release: 
         source_words += " (NeMo-RL nemo_rl/algorithms/grpo.py setup)"
     model_raw, model_problems, model_notes = model_settings(get(tree, "policy.model_name"),
                                                             locate("policy.model_name"), release)
-    return TreeReading(s.raw(model_raw), tuple(s.problems) + model_problems, world, source_words,
+    return TreeReading(s.raw(model_raw, model_problems), tuple(s.problems) + model_problems, world, source_words,
                        tuple(notes) + model_notes)

@@ -162,5 +162,5 @@ def map_verl(tree: dict, locate: Callable[[str], str], source: str, release: str
         world, words = nodes * per_node, f"trainer.nnodes x trainer.n_gpus_per_node = {nodes} x {per_node} (verl)"
     model_raw, model_problems, model_notes = model_settings(get(tree, "actor_rollout_ref.model.path"),
                                                             locate("actor_rollout_ref.model.path"), release)
-    return TreeReading(s.raw(model_raw), tuple(s.problems) + model_problems, world, words,
+    return TreeReading(s.raw(model_raw, model_problems), tuple(s.problems) + model_problems, world, words,
                        tuple(notes) + model_notes)
