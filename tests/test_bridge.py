@@ -194,8 +194,10 @@ def test_run_recipe_launch_builds_the_recipe_in_a_subprocess_and_lays_the_overri
     assert raw.value("tensor_model_parallel_size") == 4 and raw.location("tensor_model_parallel_size") == "-tp model.tensor_model_parallel_size"
     assert (raw.value("global_batch_size"), raw.value("pipeline_model_parallel_size")) == (64, 1)
     assert raw.value("num_layers") == 32                                   # from the recipe's own dump
-    verdict = api.evaluate(inp, problems=problems, environ={})
-    assert verdict.estimate is not None
+    # the job's environment as Bridge's launchers set it (TP > 1 on a Hopper-class GPU, assumed
+    # without --gpu, needs CUDA_DEVICE_MAX_CONNECTIONS=1: megatron/training/arguments.py)
+    verdict = api.evaluate(inp, problems=problems, environ={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert verdict.estimate is not None, verdict.problems
     # the launcher's world size: torchrun --nproc-per-node 8 -> tp 4 x dp 2
     assert verdict.estimate.world_size == 8 and verdict.estimate.parallelism["dp"] == 2
     assert verdict.estimate.total_parameters == LLAMA3_8B_PARAMETERS

@@ -25,6 +25,9 @@
   (``------------------------ arguments ------------------------``), a ``report_memory`` line
   (``[Rank N] ... memory (MB) | allocated: ...``) or PyTorch's ``CUDA out of memory.`` message,
   with or without a launcher's rank prefix.
+- ``nemo-rl-yaml``: a top-level ``policy:`` beside ``cluster:``, ``defaults:`` or an algorithm
+  section (``grpo:``, ``sft:``, ``dpo:``, ``loss_fn:``): NeMo-RL's config (``inputs/trees/nemo_rl.py``).
+- ``verl-yaml``: a top-level ``actor_rollout_ref:`` (verl's trainer config, ``inputs/trees/verl.py``).
 - ``unknown``: anything else, including a file that cannot be read.
 
 Top-level YAML keys are found by a line scan (a key at column 0), so a file with a YAML
@@ -39,10 +42,12 @@ from typing import Literal
 
 from megatron_estimator.core.resources import load_schema, parse_bound_error, path_string, path_suffix, read_input_bytes
 
-FORMATS = ("seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown")
+FORMATS = ("seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log",
+           "nemo-rl-yaml", "verl-yaml", "unknown")
 
 
-Format = Literal["seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log", "unknown"]
+Format = Literal["seed-yaml", "megatron-yaml", "bridge-yaml", "mixed-yaml", "shell", "hf-config", "megatron-log",
+                 "nemo-rl-yaml", "verl-yaml", "unknown"]
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
 _SHEBANG_SHELL = re.compile(r"^#!\s*\S*/(?:env\s+)?(?:ba|z|k|da)?sh\b")
@@ -84,6 +89,10 @@ def detect_format(path: str | os.PathLike) -> Format:
         return "seed-yaml"
     if seed and megatron:
         return "mixed-yaml"
+    if "actor_rollout_ref" in keys:
+        return "verl-yaml"
+    if "policy" in keys and ({"cluster", "defaults", "grpo", "sft", "dpo", "loss_fn"} & keys):
+        return "nemo-rl-yaml"
     if not megatron and _bridge_shaped(keys):
         return "bridge-yaml"
     if not keys and _LAUNCH_LINE.search(head):

@@ -206,6 +206,48 @@ def _read_megatron_log(path, options: ReadOptions) -> FileInput:
 
 
 register(FileFormat("hf-config", _read_hf_config))
+
+
+def _tree_input(reading) -> FileInput:
+    return FileInput(reading.raw, reading.problems, world_size=reading.world_size,
+                     world_size_source=reading.world_size_source, notes=reading.notes)
+
+
+def _read_nemo_rl(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.trees.nemo_rl import read_nemo_rl
+
+    return _tree_input(read_nemo_rl(path_string(path), release=options.release))
+
+
+def _read_verl(path, options: ReadOptions) -> FileInput:
+    from megatron_estimator.inputs.trees.verl import read_verl
+
+    return _tree_input(read_verl(path_string(path), release=options.release))
+
+
+def _tree_skip_reason(read):
+    def reason(path) -> str | None:
+        """A config that trains no Megatron model (a DTensor policy, an FSDP actor) is passed over."""
+        from megatron_estimator.inputs.trees.common import extra_problem
+
+        if extra_problem(path_string(path), "it") is not None:
+            return None
+        return read(path_string(path)).skip
+    return reason
+
+
+def _nemo_rl_skip(path):
+    from megatron_estimator.inputs.trees.nemo_rl import read_nemo_rl
+    return read_nemo_rl(path)
+
+
+def _verl_skip(path):
+    from megatron_estimator.inputs.trees.verl import read_verl
+    return read_verl(path)
+
+
+register(FileFormat("nemo-rl-yaml", _read_nemo_rl, _tree_skip_reason(_nemo_rl_skip)))
+register(FileFormat("verl-yaml", _read_verl, _tree_skip_reason(_verl_skip)))
 register(FileFormat("megatron-log", _read_megatron_log))
 
 

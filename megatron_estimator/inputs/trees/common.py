@@ -29,6 +29,19 @@ def missing_extra(location: str, what: str) -> Problem:
                    f"reading {what} needs OmegaConf and Hydra, the optional extra: pip install '{EXTRA}'")
 
 
+def extra_problem(location: str, what: str, *, hydra: bool = True) -> Problem | None:
+    """``missing_extra``'s problem when OmegaConf (or, with ``hydra``, Hydra) is not installed;
+    None when the extra is there."""
+    if omegaconf_or_none() is None:
+        return missing_extra(location, what)
+    if hydra:
+        try:
+            import hydra  # noqa: F401
+        except ImportError:
+            return missing_extra(location, what)
+    return None
+
+
 def located_leaves(node: YamlNode, path: str, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
     """(key path, ``file:line key.path``) for every entry of a mapping tree, parents first."""
     for key, child in (node.entries or {}).items():
