@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
@@ -506,6 +506,16 @@ def _certain_path_entries(value) -> str | None:
     return ":".join(entries) if entries else None
 
 
+@dataclass
+class SourcesRead:
+    """The files a script sources (``load_launch_script(sources=)``): the paths followed, and in
+    words those that could not be (not found, unreadable, a name not known statically, a syntax
+    error: bash's ``.`` fails there and the script goes on without them)."""
+
+    followed: list[str] = field(default_factory=list)
+    unfollowed: list[str] = field(default_factory=list)
+
+
 def load_launch_script(
     path: str | os.PathLike,
     environ: Mapping[str, str] | None = None,
@@ -515,6 +525,7 @@ def load_launch_script(
     world_size_given: bool = False,
     release: str = "main",
     gpus_per_node: int | None = None,
+    sources: SourcesRead | None = None,
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
@@ -528,6 +539,7 @@ def load_launch_script(
     ``release``: the label of the Megatron release whose flags the launch passes.
     ``gpus_per_node``: the GPUs of the node the job runs on, what a command counting them prints
     (``launch.machine``); None: not known.
+    ``sources``: when given, filled with the files the script sources (``SourcesRead``).
     The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
     only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
@@ -552,7 +564,12 @@ def load_launch_script(
     for name, (value, phrase) in sbatch.slurm_environment().items():
         inherited[name] = value
         loader.env_phrases[name] = phrase
-    if not loader.reader.run_script(text, inherited, script_args, unknown_args_advice=_SCRIPT_ARGS_ADVICE):
+    finished = loader.reader.run_script(text, inherited, script_args, unknown_args_advice=_SCRIPT_ARGS_ADVICE)
+    if sources is not None:
+        reader = loader.reader
+        sources.followed.extend(p for p in reader.sourced_files if p not in sources.followed)
+        sources.unfollowed.extend(reader.missing_sources + reader.broken_sources)
+    if not finished:
         return None, loader.problems.problems
     candidate = loader.choose(line)
     if candidate is None:
