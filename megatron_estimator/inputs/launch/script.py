@@ -182,6 +182,9 @@ class _Loader(CommandVisitor):
         self.release = "main"              # the label of the release whose flags the launch passes
         self.notices: list[str] = []       # what could not be known and did not matter, file:line first
         self.reader = ShellReader(display, cwd, self, self.problems)
+        self.last_command: ExecutedCommand | None = None
+        # (command, the next one) where the next one's program is a flag: a line that lost its `\`
+        self.flag_commands: list[tuple[ExecutedCommand, ExecutedCommand]] = []
 
     # ---- what the shell reader reports ---------------------------------------------------
 
@@ -189,6 +192,9 @@ class _Loader(CommandVisitor):
         self.notes.append(_Note(origin, message))
 
     def command(self, command: ExecutedCommand) -> None:
+        previous, self.last_command = self.last_command, command
+        if previous is not None and command.fields and command.fields[0].text.startswith("--"):
+            self.flag_commands.append((previous, command))     # bash: `--flag`: command not found
         if command.resolved:
             if command.stdin is not None and self.run_here_document(command):
                 return
@@ -432,10 +438,24 @@ class _Loader(CommandVisitor):
         if text not in self.notices:
             self.notices.append(text)
 
+    def continuation_problems(self, cand: _Candidate) -> None:
+        """A command right after the launch whose program is a flag (``--num-layers 4`` on the
+        line after one that lacks its trailing ``\\``): bash runs it on its own (command not found),
+        so its words never reach the launch."""
+        for previous, orphan in self.flag_commands:
+            if previous.origin != cand.origin:
+                continue
+            at = orphan.origin
+            self.problems.add("missing-continuation", str(at), (
+                f"line {at.line} starts with a flag ({orphan.fields[0].text}): bash runs it as a command of its "
+                f"own (command not found), so its {len(orphan.fields)} word(s) never reach the launch at "
+                f"{cand.origin}; is the `\\` missing at the end of line {at.line - 1}?"))
+
     def build(self, cand: _Candidate, sbatch: SbatchHeaders) -> ScriptLaunch:
         command = cand.command
         tokens: tuple[ScriptToken, ...] = cand.tokens
         self.problems.extend(cand.problems)
+        self.continuation_problems(cand)
         script_index = command.script_index
         megatron = self.judge_unknowns(tokens[script_index + 1:] if script_index is not None else (),
                                        command.script, command.script_is_module)
