@@ -41,7 +41,7 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
     entry is one of Megatron-LM's entry scripts; ``accept_setting``: how to accept flags, in words."""
     from megatron_estimator.inputs.argv import read_megatron_argv
 
-    framework = recognise(entry.script, entry.is_module, path, argv, megatron_script)
+    framework = recognise(entry.script, entry.is_module, path, argv, megatron_script, base_dirs)
     how = f"its entry program {entry.script}" + (" and its imports" if path is not None else " and its flags")
     if framework is None and first.unknown and (path is None or not os.path.isfile(path)):
         found = _by_flags(tuple(dict.fromkeys(u.spelled for u in first.unknown)))

@@ -174,7 +174,7 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         if kind == "unknown" and re.fullmatch(r"\$(?:\{\w+\}|\w+|[@*])", command.script):   # `python $*`: a wrapper
             return (f"not checked: its launch at {launch.location} runs `{program}`, a program named only when "
                     "it runs (give the script's arguments with --script-arg)")
-        framework = _framework_program(command.script, command.script_is_module, found, launch.megatron_argv) \
+        framework = _framework_program(command.script, command.script_is_module, found, launch.megatron_argv, dirs) \
             if kind == "unknown" else None
         if framework is not None:     # a framework's training entry program (inputs/frameworks): checked
             why = framework.not_checked(found) if framework.not_checked is not None else None
@@ -243,12 +243,12 @@ def _scripts_run(code: str, dirs) -> list[str]:
     return found
 
 
-def _framework_program(program: str, is_module: bool, found: str | None, argv):
+def _framework_program(program: str, is_module: bool, found: str | None, argv, dirs=()):
     """The framework whose training entry program ``program`` is (slime's
     train.py with slime's flags, a Pai-Megatron-Patch pretrain script...; inputs/frameworks), or None."""
     from megatron_estimator.inputs.entry_script import known_script
     from megatron_estimator.inputs.frameworks import recognise
 
     return recognise(program, is_module, found, [w.strip("\"'") for w in argv],
-                     known_script(program, is_module) is not None)
+                     known_script(program, is_module) is not None, dirs)
 
