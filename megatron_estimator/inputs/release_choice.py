@@ -123,12 +123,11 @@ def launched_tree_release(inp: Any):
     if entry is None or entry.is_module:
         return None
     path = entry.path or find_script_file(entry.script, False, getattr(inp, "entry_dirs", ()))
-    if path is None:
-        return None
     # The entry script's own tree first; else a tree on the PYTHONPATH the launch gives the job
-    # (Pai-Megatron-Patch exports backends/megatron/Megatron-LM-YYMMDD), not the checking shell's.
+    # (Pai-Megatron-Patch exports backends/megatron/Megatron-LM-YYMMDD), not the checking shell's;
+    # that one also where the entry script is not on this machine.
     job_path = {"PYTHONPATH": str((getattr(inp, "environment", None) or {}).get("PYTHONPATH") or "")}
-    for found in _package_info_candidates([path], job_path):
+    for found in _package_info_candidates([path] if path is not None else [], job_path):
         version = read_package_info(found)
         if version:
             whose = f"the Megatron-LM tree of {entry.script} at {entry.location}" if not _under_path(found, job_path) \
