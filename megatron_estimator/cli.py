@@ -484,13 +484,14 @@ def cmd_check(ns, environ) -> int:
         inp, file_problems = read(chosen)
         try:
             tree = None if _release_given(settings) else launched_tree_release(inp)
-        except ValueError as error:     # the launched tree states a release the estimator does not know
+        except ValueError as error:     # the launched tree states a release the estimator does not support
             from megatron_estimator.core.problems import Problem
 
             entry = getattr(inp, "entry", None)
             location = entry.location if entry is not None else path
-            message = f"the Megatron-LM tree of {entry.script} says: {error}" if entry is not None else str(error)
-            verdicts.append(check(inp, (*file_problems, Problem("unknown-megatron-release", location, message))))
+            message = (f"{error}; give --megatron-version to check it against a supported release instead (its "
+                       "flags and rules, not this tree's)")
+            verdicts.append(check(inp, (*file_problems, Problem("unsupported-release", location, message))))
             continue
         if tree is None:
             verdicts.append(check(inp, file_problems))

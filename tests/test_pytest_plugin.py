@@ -609,7 +609,8 @@ def test_bad_megatron_version_option_and_ini_are_usage_errors(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "megatron-estimator: 2 problems:" in text
     assert "--megatron-version: 'nine' is not a Megatron version (supported: 0.14.0" in text
-    assert "tox.ini megatron_version: Megatron 0.9 is not a supported release (supported: 0.14.0" in text
+    assert ("tox.ini megatron_version: Megatron 0.9 is not a supported release: it is older than 0.14.0, the oldest "
+            "the estimator supports (supported: 0.14.0") in text
 
 
 def test_release_from_the_nemo_container_of_a_launch_script(pytester):

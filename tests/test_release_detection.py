@@ -186,5 +186,7 @@ def test_an_unsupported_installed_megatron_core_is_not_used(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "path", [_fake_dist(tmp_path, "0.12.0")] + sys.path)
     chosen = api.choose_megatron_release(None, {}, environment_is_jobs=True)
     assert chosen.version == "main" and chosen.source.startswith("default:")
+    # 0.12 is older than 0.14.0, the first row of data/megatron_releases.tsv
     assert chosen.warning == ("the checking environment's megatron-core is not used: Megatron 0.12.0 is not a "
-                              "supported release (supported: " + ", ".join(releases.labels()) + ")")
+                              "supported release: it is older than 0.14.0, the oldest the estimator supports "
+                              "(supported: " + ", ".join(releases.labels()) + ")")

@@ -10,7 +10,6 @@ import their modules when called, so choosing one never imports yaml or the shel
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -164,24 +163,17 @@ def _entry_location(launch) -> str:
     return launch.location
 
 
-# A word that starts a process that could be the training launch (a fragment has none).
-_LAUNCH_WORD = (r"(?<![\w./-])(?:torchrun|srun|mpirun|mpiexec|deepspeed|ft_launcher|python[\d.]*|sbatch|"
-                r"torch\.distributed\.run|bash|sh|exec|eval)(?![\w.-])")
-
-
 def _launch_script_skip_reason(path) -> str | None:
-    """A fragment (Megatron flags for a script that sources it: no launcher, no program) is
-    skipped; anything else is decided by the entry program it runs (``launch.purpose``)."""
-    from megatron_estimator.inputs.launch.purpose import MODEL_FLAG, named_programs, skip_reason as purpose
+    """A fragment (Megatron flags for a script that sources it: no launcher, no program, no file
+    sourced) is skipped; anything else is decided by the entry program it runs (``launch.purpose``)."""
+    from megatron_estimator.inputs.launch.purpose import (fragment_reason, skip_reason as purpose, sources_files,
+                                                          without_comments)
 
-    # Comments say nothing about what the script runs.
-    code = "\n".join(line.split(" #", 1)[0] for line in read_input_text(path, "script", errors="replace").splitlines()
-                     if not line.lstrip().startswith("#"))
-    if re.search(_LAUNCH_WORD, code) is None and not named_programs(code):
-        if re.search(MODEL_FLAG, code) is not None:
-            return "launches nothing: it sets Megatron flags for a script that sources it (no launcher, python " \
-                   "or program in it)"
-        return "launches nothing (no launcher, python or program in it)"
+    code = without_comments(read_input_text(path, "script", errors="replace"))
+    if not sources_files(code):
+        fragment = fragment_reason(code)
+        if fragment is not None:
+            return fragment
     return purpose(path_string(path), code)
 
 

@@ -114,7 +114,8 @@ def launched_tree_release(inp: Any):
     ``inp.entry_dirs``: the working directory the script's ``cd`` leaves, then the checking
     shell's and the script's own directory; or absolute), else of a tree on the ``PYTHONPATH``
     the launch exports to the job, by that tree's ``megatron/core/package_info.py``; None when
-    there is none."""
+    there is none.  Raises ``UnknownRelease`` (a ``ValueError``) naming the tree's
+    ``package_info.py`` when the release it states is not supported."""
     from megatron_estimator.inputs.entry_script import find_script_file
     from megatron_estimator.megatron.releases import read_package_info, release_of
 
@@ -122,17 +123,19 @@ def launched_tree_release(inp: Any):
     if entry is None or entry.is_module:
         return None
     path = entry.path or find_script_file(entry.script, False, getattr(inp, "entry_dirs", ()))
-    if path is None:
-        return None
     # The entry script's own tree first; else a tree on the PYTHONPATH the launch gives the job
-    # (Pai-Megatron-Patch exports backends/megatron/Megatron-LM-YYMMDD), not the checking shell's.
+    # (Pai-Megatron-Patch exports backends/megatron/Megatron-LM-YYMMDD), not the checking shell's;
+    # that one also where the entry script is not on this machine.
     job_path = {"PYTHONPATH": str((getattr(inp, "environment", None) or {}).get("PYTHONPATH") or "")}
-    for found in _package_info_candidates([path], job_path):
+    for found in _package_info_candidates([path] if path is not None else [], job_path):
         version = read_package_info(found)
         if version:
             whose = f"the Megatron-LM tree of {entry.script} at {entry.location}" if not _under_path(found, job_path) \
                 else f"a Megatron-LM tree on the PYTHONPATH the launch at {entry.location} gives the job"
-            return release_of(version, f"{found} ({whose})", detected=True)
+            try:
+                return release_of(version, f"{found} ({whose})", detected=True)
+            except ValueError as error:     # UnknownRelease: said with where the tree is
+                raise type(error)(f"{found} ({whose}) says: {error}") from None
     return None
 
 

@@ -111,6 +111,10 @@ def choose_release(text: str, detected: bool = False) -> tuple[str, str]:
             return NEWEST, (f"Megatron {text} is newer than {newest.label}, the newest release the estimator "
                             f"knows (a main-branch checkout names the next release); checked as main "
                             f"({release(NEWEST).tag})")
+        oldest = min((r for r in releases() if r.numbers), key=lambda r: r.numbers)
+        if (major, minor) < oldest.numbers[:2]:
+            raise UnknownRelease(f"Megatron {text} is not a supported release: it is older than {oldest.label}, the "
+                                 f"oldest the estimator supports (supported: {supported})")
         raise UnknownRelease(f"Megatron {text} is not a supported release (supported: {supported})")
     if patch is not None and not suffix:
         exact = [r for r in same_minor if r.numbers[2] == patch]

@@ -67,6 +67,9 @@ class ShellReader:
         self.visitor = visitor
         self.problems = problems
         self.missing_sources: list[str] = []
+        # the files sourced and followed (paths), and those that stopped the read (syntax errors), in words
+        self.sourced_files: list[str] = []
+        self.broken_sources: list[str] = []
         self.source_depth = 0
         self.exit_note: str | None = None      # 'the script exits at f:3 (because ...)', when it does
         self.assumed_guards: list[str] = []    # guards on unset variables assumed to pass, file:line first
@@ -161,7 +164,12 @@ class ShellReader:
         except OSError as exc:
             self.missing_sources.append(f"`{name}` (sourced at {node.origin}: {exc.strerror})")
             return 1
-        tree = parse(text, source_origins(text, name))
+        self.sourced_files.append(path)
+        try:
+            tree = parse(text, source_origins(text, name))
+        except ShellSyntaxError as exc:     # bash: `.` fails with status 2; this reader stops here
+            self.broken_sources.append(f"`{name}` (sourced at {node.origin}; {exc.origin}: {exc.message})")
+            raise
         saved = interp.state.positional
         if args:
             interp.state.positional = list(args)

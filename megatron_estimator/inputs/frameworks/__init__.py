@@ -72,11 +72,15 @@ def _imports(source_path: str | None) -> set[str]:
 
 
 def recognise(script: str, is_module: bool = False, path: str | None = None,
-              argv: Sequence[str] = (), megatron_script: bool = False) -> Framework | None:
+              argv: Sequence[str] = (), megatron_script: bool = False,
+              base_dirs: Sequence[str] = ()) -> Framework | None:
     """The framework whose entry program ``script`` is (``path``: its file, when found; its
     imports decide first; else the end of its path, confirmed by one of the framework's own
     flags in ``argv``), or None for Megatron-LM's own (``megatron_script``: ``script`` is one of
-    ``entry_script.ENTRY_SCRIPTS``) or an unknown program."""
+    ``entry_script.ENTRY_SCRIPTS``) or an unknown program.  A relative ``script`` that was not
+    found is matched as the launch names it and as it would be in each of ``base_dirs`` (the
+    directories it is looked for in): Pai-Megatron-Patch runs ``pretrain_x.py`` from
+    ``examples/<model>/``."""
     imported = _imports(path)
     frameworks = _frameworks()
     for framework in frameworks:
@@ -87,8 +91,10 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
     if megatron_script:
         return None                 # Megatron-LM's own (examples/multimodal/train.py)
     name = script.replace(".", "/") + ".py" if is_module else script
+    names = [name] + ([os.path.join(d, name) for d in base_dirs]
+                      if path is None and not is_module and not os.path.isabs(name) else [])
     for framework in frameworks:
-        if any(_matches(name, p) for p in framework.entry_patterns):
+        if any(_matches(n, p) for p in framework.entry_patterns for n in names):
             own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings} \
                 if framework.flag_table else set()
             if any(t.split("=", 1)[0] in own for t in argv if t.startswith("--")):

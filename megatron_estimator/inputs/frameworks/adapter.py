@@ -58,6 +58,9 @@ class Framework:
     # Why a launch of its entry program (its file, if found) cannot be checked here, or None;
     # ``check --skip-unknown`` says "not checked: <why>" for it.
     not_checked: Callable[[str | None], str | None] | None = None
+    # data/frameworks/<file>: flags its patched Megatron-LM adds (flag, patches), which the
+    # estimator does not model: such a launch is one ``unsupported-stack`` problem naming them.
+    patched_megatron: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,13 @@ def table_release(name: str) -> str:
 
     first = read_data_text("frameworks", name).split("\n", 1)[0]
     return first.lstrip("# ").split(";")[0]
+
+
+def patched_megatron_flags(name: str) -> tuple[str, dict[str, str]]:
+    """A framework's patched-Megatron table (``Framework.patched_megatron``): its source (the
+    first line) and flag -> the patches that add it."""
+    from megatron_estimator.core.resources import read_data_text
+
+    lines = read_data_text("frameworks", name).splitlines()
+    rows = (line.split("\t") for line in lines[2:] if line.strip())
+    return lines[0].lstrip("# ").split(";")[0], {flag: patches for flag, patches in rows}

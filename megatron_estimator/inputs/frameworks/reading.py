@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks import _frameworks, adapt, framework_flags, recognise
-from megatron_estimator.inputs.frameworks.adapter import Framework, load_flag_table
+from megatron_estimator.inputs.frameworks.adapter import Framework, load_flag_table, patched_megatron_flags
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
 
@@ -41,7 +41,7 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
     entry is one of Megatron-LM's entry scripts; ``accept_setting``: how to accept flags, in words."""
     from megatron_estimator.inputs.argv import read_megatron_argv
 
-    framework = recognise(entry.script, entry.is_module, path, argv, megatron_script)
+    framework = recognise(entry.script, entry.is_module, path, argv, megatron_script, base_dirs)
     how = f"its entry program {entry.script}" + (" and its imports" if path is not None else " and its flags")
     if framework is None and first.unknown and (path is None or not os.path.isfile(path)):
         found = _by_flags(tuple(dict.fromkeys(u.spelled for u in first.unknown)))
@@ -78,14 +78,39 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
         at = locations[index] if locations is not None and index is not None and index < len(locations) else flag
         problems += (Problem("unknown-value", str(at), f"{flag}: its value is not known before the job runs, and "
                              f"{framework.name} takes {decides} from it; set it in the script or the environment"),)
-    if reading.unknown:
-        names = tuple(dict.fromkeys(u.spelled for u in reading.unknown))
-        dropped = {id(u.problem) for u in reading.unknown}
+    unknown = reading.unknown
+    if unknown and framework.patched_megatron is not None:
+        problems, unknown = _patched_megatron(framework, problems, unknown)
+    if unknown:
+        names = tuple(dict.fromkeys(u.spelled for u in unknown))
+        dropped = {id(u.problem) for u in unknown}
         count = len(names)
-        grouped = Problem("unknown-flag", reading.unknown[0].problem.location,
+        grouped = Problem("unknown-flag", unknown[0].problem.location,
                           f"{count} flag{'s' if count != 1 else ''} unknown to Megatron and to {framework.name} "
                           f"({origin}): {', '.join(names)}; if {'they belong' if count != 1 else 'it belongs'} to "
                           f"an extra_args_provider of your own and change{'' if count != 1 else 's'} neither "
                           f"the model nor memory, {accept_setting}")
         problems = tuple(p for p in problems if id(p) not in dropped) + (grouped,)
     return raw, tuple(problems), entry
+
+
+def _patched_megatron(framework: Framework, problems: tuple, unknown: Sequence) -> tuple[tuple, tuple]:
+    """The flags only the framework's patched Megatron-LM has (``Framework.patched_megatron``):
+    one ``unsupported-stack`` problem naming them (their per-flag problems dropped), and the
+    unknown flags left."""
+    source, patched = patched_megatron_flags(framework.patched_megatron)
+    theirs = tuple(u for u in unknown if u.spelled in patched)
+    if not theirs:
+        return problems, tuple(unknown)
+    names = tuple(dict.fromkeys(u.spelled for u in theirs))
+    dropped = {id(u.problem) for u in theirs}
+    one = len(names) == 1
+    releases = ",".join(dict.fromkeys(r for n in names for r in patched[n].split()))
+    message = (f"{', '.join(names)}: {'a flag' if one else 'flags'} only {framework.name}'s patched Megatron-LM has "
+               f"(docker/patch/{{{releases}}}/megatron.patch, {source}); the estimator models stock Megatron-LM, not "
+               f"the model changes of that patch, so it cannot estimate this job as launched; remove "
+               f"{'it' if one else 'them'} to estimate the stock-Megatron model instead (without what "
+               f"{'it adds' if one else 'they add'})")
+    problems = tuple(p for p in problems if id(p) not in dropped) + (
+        Problem("unsupported-stack", theirs[0].problem.location, message),)
+    return problems, tuple(u for u in unknown if u.spelled not in patched)

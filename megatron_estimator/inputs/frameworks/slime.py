@@ -104,4 +104,5 @@ FRAMEWORK = Framework(
     # (RouterArgs.add_cli_args(use_router_prefix=True): --router-*), parsed by their own parser
     prefixes=("--sglang-", "--router-"),
     adapt=_adapt,
+    patched_megatron="slime_megatron_patch_flags.tsv",
 )

@@ -124,14 +124,45 @@ MODEL_FLAG = r"(?<![\w-])--(?:num-layers|hidden-size|num-attention-heads|yaml-cf
 _MODEL_FLAGS = "--num-layers, --hidden-size, --num-attention-heads or --yaml-cfg"
 
 
+# A word that starts a process that could be the training launch (a fragment has none).
+_LAUNCH_WORD = (r"(?<![\w./-])(?:torchrun|srun|mpirun|mpiexec|deepspeed|ft_launcher|python[\d.]*|sbatch|"
+                r"torch\.distributed\.run|bash|sh|exec|eval)(?![\w.-])")
+# A `.` / `source` command (where a command starts): what the script runs may be in that file.
+_SOURCE_COMMAND = r"(?m)(?:^|[;&|({]|\b(?:then|do|else)\b)\s*(?:\.|source)\s+[^\s=;&|)]"
+
+
+def without_comments(text: str) -> str:
+    """A script's text without its comment lines and trailing comments (they say nothing of what it runs)."""
+    return "\n".join(line.split(" #", 1)[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def sources_files(code: str) -> bool:
+    """Whether the script (``code``: its text without comments) sources another file."""
+    return re.search(_SOURCE_COMMAND, code) is not None
+
+
+def fragment_reason(code: str, sourced: bool = False) -> str | None:
+    """Why a script (``code``: without comments, with the files it sources when ``sourced``) is a
+    fragment that launches nothing (no launcher, no python, no program), or None."""
+    if re.search(_LAUNCH_WORD, code) is not None or named_programs(code):
+        return None
+    where = " (no launcher, python or program in it" + (" or in the files it sources)" if sourced else ")")
+    if re.search(MODEL_FLAG, code) is not None:
+        return "launches nothing: it sets Megatron flags for a script that sources it" + where
+    return "launches nothing" + where
+
+
 def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) -> str | None:
     """Why ``check --skip-unknown`` passes over the launch script ``path`` (``code``: its text
-    without comments), or None to check it."""
+    without comments), or None to check it.  Where no launch is found, the files the script
+    sources count as its text; one that could not be followed (not found from this directory,
+    a syntax error: an unfilled template) makes the script "not checked", never skipped."""
     from megatron_estimator.inputs.entry_script import base_directories, find_script_file
-    from megatron_estimator.inputs.launch.script import load_launch_script
+    from megatron_estimator.inputs.launch.script import SourcesRead, load_launch_script
 
     environ = os.environ if environ is None else environ
-    launch, _problems = load_launch_script(path, environ)
+    sources = SourcesRead()
+    launch, _problems = load_launch_script(path, environ, sources=sources)
     if launch is not None and launch.command.script is not None:
         command = launch.command
         dirs = ((launch.cwd,) if launch.cwd else ()) + base_directories(environ, path)
@@ -140,7 +171,10 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         program = f"-m {command.script}" if command.script_is_module else command.script
         if kind == "none":
             return f"starts no training: its launch at {launch.location} runs {program}, {what}"
-        framework = _framework_program(command.script, command.script_is_module, found, launch.megatron_argv) \
+        if kind == "unknown" and re.fullmatch(r"\$(?:\{\w+\}|\w+|[@*])", command.script):   # `python $*`: a wrapper
+            return (f"not checked: its launch at {launch.location} runs `{program}`, a program named only when "
+                    "it runs (give the script's arguments with --script-arg)")
+        framework = _framework_program(command.script, command.script_is_module, found, launch.megatron_argv, dirs) \
             if kind == "unknown" else None
         if framework is not None:     # a framework's training entry program (inputs/frameworks): checked
             why = framework.not_checked(found) if framework.not_checked is not None else None
@@ -149,6 +183,11 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
             return (f"launches no Megatron training: its launch at {launch.location} runs {program}, {what}, "
                     f"with none of {_MODEL_FLAGS}")
         return None
+    for sourced in sources.followed:
+        try:
+            code += "\n" + without_comments(read_input_text(sourced, "script", errors="replace"))
+        except OSError:
+            continue
     named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
     words = code.split()
     frameworks = [f for f in (_framework_program(n[0], n[1], None, words) for n in named) if f is not None]
@@ -160,17 +199,56 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         return None       # a training launch the reader cannot reach: check reports why, never a silent pass
     if named and all(n[2] == "none" for n in named):
         return "starts no training: it runs " + "; ".join(f"{n[0]}, {n[3]}" for n in named)
+    submitted = _scripts_run(code, base_directories(environ, path))
+    if submitted:       # sbatch / bash / srun of another script, which the launch reader does not follow
+        return "not checked: it runs " + "; ".join(submitted) + ", which this check does not follow from it"
+    if sources.unfollowed:      # what it launches may be in them: said, never passed over
+        return ("not checked: what it launches depends on files it sources that could not be followed here: "
+                + "; ".join(sources.unfollowed) + " (run the check from the directory the script runs in, with "
+                "the files it sources filled in)")
+    fragment = fragment_reason(code, sourced=bool(sources.followed))
+    if fragment is not None:
+        return fragment
     if re.search(MODEL_FLAG, code) is None:
         return f"launches no Megatron training (no training entry script, and none of {_MODEL_FLAGS} in it)"
     return None
 
 
-def _framework_program(program: str, is_module: bool, found: str | None, argv):
+# A script another one runs as a program: sbatch / bash / sh / srun [options] FILE.sh.
+_RUN_SCRIPT = re.compile(r"(?<![\w./-])(?:sbatch|bash|sh|srun)(?![\w.-])[^\n;|&]*?\s([^\s;|&<>\"'`$]+\.(?:sh|slurm|sbatch))(?![\w.])")
+
+# bash / sh running a script whose name is a variable (`srun ... bash ${1}`).
+_RUN_VARIABLE = re.compile(r"(?<![\w./-])(?:bash|sh)\s+\"?\$(?:\{\w+\}|\w+|[@*])\"?(?=\s|$)", re.MULTILINE)
+
+
+def _scripts_run(code: str, dirs) -> list[str]:
+    """The scripts ``code`` runs that launch training or could not be read, in words: a script
+    it submits or runs (``sbatch ... SRUN.sh``) that names a Megatron-LM training entry script."""
+    found: list[str] = [f"`{m.group(0).strip()}`, a script named only when it runs"
+                        for m in _RUN_VARIABLE.finditer(code.replace("\\\n", " "))]
+    for name in dict.fromkeys(m.group(1) for m in _RUN_SCRIPT.finditer(code.replace("\\\n", " "))):
+        path = next((p for p in ((name,) if os.path.isabs(name) else tuple(os.path.join(d, name) for d in dirs))
+                     if os.path.isfile(p)), None)
+        if path is None:
+            found.append(f"{name} (not found from {', '.join(dirs)})")
+            continue
+        try:
+            text = without_comments(read_input_text(path, "script", errors="replace"))
+        except OSError as exc:
+            found.append(f"{name} ({exc.strerror or exc})")
+            continue
+        training = [n for n, module in named_programs(text) if classify(n, module)[0] == "training"]
+        if training:
+            found.append(f"{name}, which launches {', '.join(training)}")
+    return found
+
+
+def _framework_program(program: str, is_module: bool, found: str | None, argv, dirs=()):
     """The framework whose training entry program ``program`` is (slime's
     train.py with slime's flags, a Pai-Megatron-Patch pretrain script...; inputs/frameworks), or None."""
     from megatron_estimator.inputs.entry_script import known_script
     from megatron_estimator.inputs.frameworks import recognise
 
     return recognise(program, is_module, found, [w.strip("\"'") for w in argv],
-                     known_script(program, is_module) is not None)
+                     known_script(program, is_module) is not None, dirs)
 

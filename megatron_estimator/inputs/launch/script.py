@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
@@ -182,6 +182,9 @@ class _Loader(CommandVisitor):
         self.release = "main"              # the label of the release whose flags the launch passes
         self.notices: list[str] = []       # what could not be known and did not matter, file:line first
         self.reader = ShellReader(display, cwd, self, self.problems)
+        self.last_command: ExecutedCommand | None = None
+        # (command, the next one) where the next one's program is a flag: a line that lost its `\`
+        self.flag_commands: list[tuple[ExecutedCommand, ExecutedCommand]] = []
 
     # ---- what the shell reader reports ---------------------------------------------------
 
@@ -189,6 +192,9 @@ class _Loader(CommandVisitor):
         self.notes.append(_Note(origin, message))
 
     def command(self, command: ExecutedCommand) -> None:
+        previous, self.last_command = self.last_command, command
+        if previous is not None and command.fields and command.fields[0].text.startswith("--"):
+            self.flag_commands.append((previous, command))     # bash: `--flag`: command not found
         if command.resolved:
             if command.stdin is not None and self.run_here_document(command):
                 return
@@ -432,10 +438,24 @@ class _Loader(CommandVisitor):
         if text not in self.notices:
             self.notices.append(text)
 
+    def continuation_problems(self, cand: _Candidate) -> None:
+        """A command right after the launch whose program is a flag (``--num-layers 4`` on the
+        line after one that lacks its trailing ``\\``): bash runs it on its own (command not found),
+        so its words never reach the launch."""
+        for previous, orphan in self.flag_commands:
+            if previous.origin != cand.origin:
+                continue
+            at = orphan.origin
+            self.problems.add("missing-continuation", str(at), (
+                f"line {at.line} starts with a flag ({orphan.fields[0].text}): bash runs it as a command of its "
+                f"own (command not found), so its {len(orphan.fields)} word(s) never reach the launch at "
+                f"{cand.origin}; is the `\\` missing at the end of line {at.line - 1}?"))
+
     def build(self, cand: _Candidate, sbatch: SbatchHeaders) -> ScriptLaunch:
         command = cand.command
         tokens: tuple[ScriptToken, ...] = cand.tokens
         self.problems.extend(cand.problems)
+        self.continuation_problems(cand)
         script_index = command.script_index
         megatron = self.judge_unknowns(tokens[script_index + 1:] if script_index is not None else (),
                                        command.script, command.script_is_module)
@@ -506,6 +526,16 @@ def _certain_path_entries(value) -> str | None:
     return ":".join(entries) if entries else None
 
 
+@dataclass
+class SourcesRead:
+    """The files a script sources (``load_launch_script(sources=)``): the paths followed, and in
+    words those that could not be (not found, unreadable, a name not known statically, a syntax
+    error: bash's ``.`` fails there and the script goes on without them)."""
+
+    followed: list[str] = field(default_factory=list)
+    unfollowed: list[str] = field(default_factory=list)
+
+
 def load_launch_script(
     path: str | os.PathLike,
     environ: Mapping[str, str] | None = None,
@@ -515,6 +545,7 @@ def load_launch_script(
     world_size_given: bool = False,
     release: str = "main",
     gpus_per_node: int | None = None,
+    sources: SourcesRead | None = None,
 ) -> tuple[ScriptLaunch | None, tuple[Problem, ...]]:
     """Find and resolve the training launch in a bash launch script or sbatch file.
 
@@ -528,6 +559,7 @@ def load_launch_script(
     ``release``: the label of the Megatron release whose flags the launch passes.
     ``gpus_per_node``: the GPUs of the node the job runs on, what a command counting them prints
     (``launch.machine``); None: not known.
+    ``sources``: when given, filled with the files the script sources (``SourcesRead``).
     The script starts in this process's working directory; ``environ``'s ``PWD`` is its ``$PWD``
     only where it names that directory, as bash has it (``bash.reader.start_directory``).
     Returns the launch (None when no launch could be found) and every problem found.
@@ -552,7 +584,12 @@ def load_launch_script(
     for name, (value, phrase) in sbatch.slurm_environment().items():
         inherited[name] = value
         loader.env_phrases[name] = phrase
-    if not loader.reader.run_script(text, inherited, script_args, unknown_args_advice=_SCRIPT_ARGS_ADVICE):
+    finished = loader.reader.run_script(text, inherited, script_args, unknown_args_advice=_SCRIPT_ARGS_ADVICE)
+    if sources is not None:
+        reader = loader.reader
+        sources.followed.extend(p for p in reader.sourced_files if p not in sources.followed)
+        sources.unfollowed.extend(reader.missing_sources + reader.broken_sources)
+    if not finished:
         return None, loader.problems.problems
     candidate = loader.choose(line)
     if candidate is None:
