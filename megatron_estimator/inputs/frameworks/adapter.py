@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Sequence
 
     from megatron_estimator.megatron.flags import FlagSpec
 
@@ -40,6 +40,8 @@ class ArgvRead:
     raw: Any
     problems: tuple = ()
     assumptions: tuple[str, ...] = ()
+    world_size: int | None = None                    # the framework's own, from its config
+    world_size_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class Framework:
     # Why a launch of its entry program (its file, if found) cannot be checked here, or None;
     # ``check --skip-unknown`` says "not checked: <why>" for it.
     not_checked: Callable[[str | None], str | None] | None = None
+    # Why ``check --skip-unknown`` passes over this launch, or None to check it: (argv, entry path,
+    # entry script, release, base_dirs=) -> "<why it trains no Megatron model>" or "not checked: <why>".
+    launch_skip: Callable[..., str | None] | None = None
+    # Without a flag table, what confirms a program named like the framework's (its argv), or
+    # None: the name suffices.
+    confirm: Callable[[Sequence[str]], bool] | None = None
 
 
 @dataclass(frozen=True)
