@@ -58,9 +58,9 @@ def _verl_tree(root):
     return root
 
 
-def _script(root, body: str):
+def _script(root, body: str, export: str = "export CUDA_DEVICE_MAX_CONNECTIONS=1"):
     script = root / "run.sh"
-    script.write_text(f"set -x\ncd {root}\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n{body}\n")
+    script.write_text(f"set -x\ncd {root}\n{export}\n{body}\n")
     return script
 
 
@@ -68,7 +68,8 @@ def test_verl_launch_composes_the_named_config_with_its_overrides_and_takes_its_
     root, model = _verl_tree(tmp_path), _model(tmp_path)
     script = _script(root, "python3 -m verl.trainer.main_ppo --config-path=config --config-name='mega_trainer.yaml'\\\n"
                            "    actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 \\\n"
-                           f"    actor_rollout_ref.model.path={model} \\\n    trainer.nnodes=2 $@")
+                           f"    actor_rollout_ref.model.path={model} \\\n    trainer.nnodes=2 $@",
+                     export="export VLLM_USE_V1=1")
     inp, problems = api.input_from_file(script, environ={"PWD": str(root)})
     assert problems == ()
     raw = inp.raw
@@ -79,7 +80,10 @@ def test_verl_launch_composes_the_named_config_with_its_overrides_and_takes_its_
     assert (raw.value("seq_length"), raw.value("micro_batch_size")) == (1024, 2)
     # trainer.nnodes (2, the override) x trainer.n_gpus_per_node (4, the file) = 8
     assert inp.world_size == 8 and "trainer.nnodes" in inp.world_size_source
-    verdict = api.evaluate(inp, problems=problems)        # the script's export is the job's environment
+    # no export in the script: verl's Ray runtime env sets it in its workers (constants_ppo.py), and
+    # TP 2 on the assumed Hopper GPU needs it (megatron/training/arguments.py)
+    assert inp.environment["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and inp.environment["VLLM_USE_V1"] == "1"
+    verdict = api.evaluate(inp, problems=problems)
     assert verdict.estimate is not None, verdict.problems
     assert verdict.estimate.world_size == 8 and verdict.estimate.parallelism["dp"] == 8 // 2
     assert verdict.estimate.total_parameters == PARAMETERS

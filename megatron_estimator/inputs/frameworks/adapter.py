@@ -42,6 +42,7 @@ class ArgvRead:
     assumptions: tuple[str, ...] = ()
     world_size: int | None = None                    # the framework's own, from its config
     world_size_source: str | None = None
+    environment: tuple[tuple[str, str], ...] = ()    # what it sets in its training processes (name, value)
 
 
 @dataclass(frozen=True)

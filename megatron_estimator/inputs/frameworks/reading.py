@@ -64,7 +64,8 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
                                    specs, release)
         said = (f"framework: {framework.name}, its flags read from {origin}",) if origin else ()
         entry = replace(entry, framework_flags=origin or None, assumptions=said + read.assumptions,
-                        world_size=read.world_size, world_size_source=read.world_size_source)
+                        world_size=read.world_size, world_size_source=read.world_size_source,
+                        environment=read.environment)
         return read.raw, tuple(read.problems), entry
     # Flags another parser takes apart (slime's --sglang-*, sglang_parse_args) are accepted as they are.
     apart = tuple(t.split("=", 1)[0] for t in argv if t.startswith(framework.prefixes)) if framework.prefixes else ()

@@ -28,6 +28,10 @@ from megatron_estimator.inputs.rawargs import RawArgs
 # Hydra's own command-line options that take a value (hydra/_internal/utils.py get_args_parser).
 _VALUE = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name",
           "-cn": "config_name", "--config-dir": "config_dir", "-cd": "config_dir"}
+# What verl's Ray runtime env sets in every worker, the Megatron trainers among them, over the
+# launch's environment (verl/trainer/constants_ppo.py PPO_RAY_RUNTIME_ENV, passed to ray.init by
+# main_ppo.py run_ppo): the one variable of it Megatron's checks read.
+RUNTIME_ENV = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
 # verl's programs that train nothing: what each does.
 _NOT_TRAINING = {"main_generation": "verl's offline generation", "main_generation_server": "verl's generation server",
                  "main_eval": "verl's evaluation"}
@@ -106,8 +110,10 @@ def _read_argv(argv, locations, entry, path, base_dirs, specs, release) -> ArgvR
     said = (f"verl: {launch.file} composed by Hydra with this launch's {len(launch.overrides)} override(s) "
             "(as verl's @hydra.main does)",)
     read = as_argv_read(reading, where, said)
-    return ArgvRead(read.raw, (*launch.problems, *read.problems), read.assumptions, read.world_size,
-                    read.world_size_source)
+    said = (f"verl: its Ray workers run with {', '.join(f'{k}={v}' for k, v in RUNTIME_ENV)} "
+            "(verl/trainer/constants_ppo.py PPO_RAY_RUNTIME_ENV, main_ppo.py run_ppo)",)
+    return ArgvRead(read.raw, (*launch.problems, *read.problems), read.assumptions + said, read.world_size,
+                    read.world_size_source, RUNTIME_ENV)
 
 
 def _launch_skip(argv: Sequence[str], path: str | None, script: str, release: str = "main",
