@@ -33,11 +33,11 @@ _MODEL = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_
 _MAIN_PPO = ('import hydra\nfrom verl.trainer.ppo import ray_trainer\n\n\n'
              '@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)\n'
              'def main(config):\n    ray_trainer.run(config)\n')
-_ACTOR = ("strategy: megatron\nppo_micro_batch_size_per_gpu: 2\nuse_dynamic_bsz: false\nuse_kl_loss: false\n"
+_ACTOR = ("strategy: megatron\nppo_micro_batch_size_per_gpu: 2\nppo_mini_batch_size: 8\nuse_dynamic_bsz: false\nuse_kl_loss: false\n"
           "megatron:\n  tensor_model_parallel_size: 1\n  pipeline_model_parallel_size: 1\n  use_distributed_optimizer: true\n"
           "  dtype: bfloat16\n")
 _TRAINER = ("defaults:\n  - actor@actor_rollout_ref.actor: megatron_actor\n  - _self_\n"
-            "actor_rollout_ref:\n  model:\n    path: hub-org/unreachable-model\n  rollout:\n    free_cache_engine: true\n"
+            "actor_rollout_ref:\n  model:\n    path: hub-org/unreachable-model\n  rollout:\n    free_cache_engine: true\n    n: 2\n"
             "data:\n  max_prompt_length: 256\n  max_response_length: 768\ntrainer:\n  nnodes: 1\n  n_gpus_per_node: 4\n")
 
 
@@ -78,6 +78,8 @@ def test_verl_launch_composes_the_named_config_with_its_overrides_and_takes_its_
     assert raw.location("tensor_model_parallel_size").startswith(f"{script}:5 ")
     # a sequence is max_prompt_length + max_response_length = 256 + 768; ppo_micro_batch_size_per_gpu 2
     assert (raw.value("seq_length"), raw.value("micro_batch_size")) == (1024, 2)
+    # one optimizer step: ppo_mini_batch_size 8 prompts x rollout.n 2 responses = 16 sequences
+    assert raw.value("global_batch_size") == 16
     # trainer.nnodes (2, the override) x trainer.n_gpus_per_node (4, the file) = 8
     assert inp.world_size == 8 and "trainer.nnodes" in inp.world_size_source
     # no export in the script: verl's Ray runtime env sets it in its workers (constants_ppo.py), and
@@ -87,6 +89,7 @@ def test_verl_launch_composes_the_named_config_with_its_overrides_and_takes_its_
     assert verdict.estimate is not None, verdict.problems
     assert verdict.estimate.world_size == 8 and verdict.estimate.parallelism["dp"] == 8 // 2
     assert verdict.estimate.total_parameters == PARAMETERS
+    assert verdict.estimate.model.num_microbatches == 16 // (2 * 4)      # global / (micro x dp)
     assert main(["check", str(script)]) == 0
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, file_relative_default, word_at
+from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, as_bash_expands, file_relative_default, word_at
 from megatron_estimator.inputs.rawargs import RawArgs
 
 _CONFIG = "--config"
@@ -36,9 +36,9 @@ class _Launch:
         config = None
         i = 0
         while i < len(argv):
-            token = argv[i]
+            token = as_bash_expands(argv[i])        # what the launch's notices say bash would pass
             option, eq, inline = token.partition("=")
-            if token in ("$@", "$*"):       # the script's own arguments, not known here: the launch's notice says so
+            if not token:
                 i += 1
                 continue
             if option == _CONFIG:

@@ -5,6 +5,7 @@ their entry program's source (``ast``, never run), the located words of a launch
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Sequence
@@ -71,3 +72,13 @@ def as_argv_read(reading, where: str, said: tuple[str, ...]) -> ArgvRead:
     raw = reading.raw if reading.raw.settings or reading.problems else RawArgs({}, where)
     return ArgvRead(raw, tuple(reading.problems), said + tuple(reading.notes), reading.world_size,
                     reading.world_size_source)
+
+
+# A variable the launch reader could not expand (it says so in a notice): bash expands an unset
+# one to nothing.  Names only: a Hydra interpolation (``${data.x}``, ``${oc.env:X}``) is kept.
+_UNSET = re.compile(r"\$\{[A-Za-z_]\w*\}|\$[A-Za-z_]\w*|\$\{@[^}]*\}|\$[@*]")
+
+
+def as_bash_expands(token: str) -> str:
+    """``token`` with the variables the launch reader left unexpanded removed, as bash does."""
+    return _UNSET.sub("", token)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, hydra_main, word_at
+from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, as_bash_expands, hydra_main, word_at
 from megatron_estimator.inputs.rawargs import RawArgs
 
 # Hydra's own command-line options that take a value (hydra/_internal/utils.py get_args_parser).
@@ -35,6 +35,17 @@ RUNTIME_ENV = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
 # verl's programs that train nothing: what each does.
 _NOT_TRAINING = {"main_generation": "verl's offline generation", "main_generation_server": "verl's generation server",
                  "main_eval": "verl's evaluation"}
+# verl's SFT trainers: fsdp_sft_trainer.py is FSDP only; sft_trainer.py / sft_trainer_ray.py pick an
+# engine config group (sft_trainer_engine.yaml defaults: engine@engine: fsdp; engine=megatron).
+_SFT = ("fsdp_sft_trainer", "sft_trainer", "sft_trainer_ray")
+
+
+def _sft_reason(program: str, overrides: Sequence[str]) -> str:
+    engine = next((o.split("=", 1)[1] for o in reversed(overrides) if o.split("=", 1)[0] == "engine"), "fsdp")
+    if program == "fsdp_sft_trainer" or engine != "megatron":
+        return f"verl's SFT trainer {program} with the {engine} engine: not Megatron"
+    return (f"not checked: verl's SFT trainer {program} with the megatron engine: its engine config is not read "
+            "here (the estimator reads verl's PPO trainer configs)")
 
 
 class _Launch:
@@ -47,9 +58,9 @@ class _Launch:
         self.problems: list[Problem] = []
         i = 0
         while i < len(argv):
-            token = argv[i]
+            token = as_bash_expands(argv[i])        # what the launch's notices say bash would pass
             option, eq, inline = token.partition("=")
-            if token in ("$@", "$*"):       # the script's own arguments, not known here: the launch's notice says so
+            if not token:
                 i += 1
                 continue
             if option in _VALUE:
@@ -103,6 +114,10 @@ def _read_argv(argv, locations, entry, path, base_dirs, specs, release) -> ArgvR
     if missing is not None:
         return ArgvRead(RawArgs({}, where), (missing,))
     launch = _Launch(argv, locations, path, where)
+    program = _program(path, entry.script)
+    if program in _SFT or program in _NOT_TRAINING:
+        why = _sft_reason(program, launch.overrides) if program in _SFT else f"{_NOT_TRAINING[program]}, no training"
+        return ArgvRead(RawArgs({}, where), (Problem("unsupported-stack", where, f"verl launch: {why}"),))
     if launch.file is None:
         return ArgvRead(RawArgs({}, where), (*launch.problems, Problem("config-not-found", where,
                                                                        f"verl launch: {launch.missing}")))
@@ -127,6 +142,8 @@ def _launch_skip(argv: Sequence[str], path: str | None, script: str, release: st
     if extra_problem(script, "it") is not None:
         return "not checked: a verl launch needs pip install 'megatron-estimator[frameworks]'"
     launch = _Launch([a.strip("\"'") for a in argv], None, path, script)
+    if program in _SFT:
+        return _sft_reason(program, launch.overrides)
     if launch.file is None:
         return f"not checked: verl launch: {launch.missing}"
     return read_verl(launch.file, launch.overrides, release=release).skip

@@ -130,6 +130,14 @@ def map_verl(tree: dict, locate: Callable[[str], str], source: str, release: str
                      f"--seq-length {tokens}")
     else:
         s.put("micro_batch_size", actor + "ppo_micro_batch_size_per_gpu", _integer)
+        # One optimizer step takes a mini batch: ppo_mini_batch_size prompts x rollout.n responses,
+        # split over the data-parallel ranks, each split into micro batches
+        # (verl/workers/megatron_workers.py:354-355, workers/actor/megatron_actor.py:456): Megatron's global batch.
+        mini, n = get(tree, actor + "ppo_mini_batch_size"), get(tree, "actor_rollout_ref.rollout.n", 1)
+        if isinstance(mini, int) and isinstance(n, int) and not isinstance(mini, bool):
+            s.force("global_batch_size", mini * n, actor + "ppo_mini_batch_size")
+            notes.append(f"verl: the global batch is actor.ppo_mini_batch_size x rollout.n = {mini} x {n} = "
+                         f"{mini * n} sequences per optimizer step")
         if isinstance(prompt, int) and isinstance(response, int):
             s.force("seq_length", prompt + response, "data.max_response_length")
             notes.append(f"verl: a sequence is data.max_prompt_length + data.max_response_length = "
