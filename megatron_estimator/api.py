@@ -238,9 +238,16 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     own = inp.world_size_source is not None      # a framework's own world size (inputs/frameworks) wins
     inp = replace(inp, world_size=inp.world_size if own else command.world_size,
                   world_size_source=inp.world_size_source if own else command.world_size_source,
-                  environment=command.environment_dict, job_environment=True,
+                  environment=_framework_environment(command.environment_dict, inp), job_environment=True,
                   world_size_unknown=None if own or command.world_size is not None else unknown_world_size_problem(command))
     return inp, tuple(problems) + flag_problems, command
+
+
+def _framework_environment(launched: Mapping[str, str | None], inp: TrainingInput) -> dict:
+    """The launch's environment with what its framework sets for the training processes
+    (``EntryScript.environment``: verl's Ray runtime env), which wins."""
+    own = dict(inp.entry.environment) if inp.entry is not None else {}
+    return {**launched, **own} if own else dict(launched)
 
 
 def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", release: ChosenRelease | str | None = None
@@ -309,7 +316,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     return (replace(inp, world_size=inp.world_size if own else loaded.world_size, entry_dirs=dirs,
                     world_size_source=inp.world_size_source if own else loaded.world_size_source,
                     notes=loaded.notes + inp.notes,
-                    environment=loaded.environment, job_environment=loaded.job_environment,
+                    environment=_framework_environment(loaded.environment, inp), job_environment=loaded.job_environment,
                     world_size_unknown=None if own else loaded.world_size_unknown,
                     launch_location=loaded.launch_location), loaded.problems + flag_problems)
 

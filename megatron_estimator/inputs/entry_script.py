@@ -98,6 +98,7 @@ class EntryScript:
     world_size: int | None = None              # the world size the framework computes from its flags
     world_size_source: str | None = None
     assumptions: tuple[str, ...] = ()          # what the framework's adapter assumed, in words
+    environment: tuple[tuple[str, str], ...] = ()   # what the framework sets in its training processes
 
 
 @dataclass(frozen=True)

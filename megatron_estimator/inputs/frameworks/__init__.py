@@ -38,9 +38,11 @@ def _frameworks() -> tuple[Framework, ...]:
     from megatron_estimator.inputs.frameworks.bridge import FRAMEWORK as BRIDGE
     from megatron_estimator.inputs.frameworks.mindspeed import FRAMEWORK as MINDSPEED
     from megatron_estimator.inputs.frameworks.pai import FRAMEWORK as PAI
+    from megatron_estimator.inputs.frameworks.nemo_rl import FRAMEWORK as NEMO_RL
     from megatron_estimator.inputs.frameworks.slime import FRAMEWORK as SLIME
+    from megatron_estimator.inputs.frameworks.verl import FRAMEWORK as VERL
 
-    return (MINDSPEED, SLIME, PAI, BRIDGE)
+    return (MINDSPEED, SLIME, PAI, BRIDGE, VERL, NEMO_RL)
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -95,8 +97,11 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
                       if path is None and not is_module and not os.path.isabs(name) else [])
     for framework in frameworks:
         if any(_matches(n, p) for p in framework.entry_patterns for n in names):
-            own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings} \
-                if framework.flag_table else set()
+            if framework.flag_table is None:      # no flags of its own: its name, and what confirms it
+                if framework.confirm is None or framework.confirm(argv):
+                    return framework
+                continue
+            own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings}
             if any(t.split("=", 1)[0] in own for t in argv if t.startswith("--")):
                 return framework    # its name, and flags of its own: a program of the framework
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Sequence
 
     from megatron_estimator.megatron.flags import FlagSpec
 
@@ -40,6 +40,9 @@ class ArgvRead:
     raw: Any
     problems: tuple = ()
     assumptions: tuple[str, ...] = ()
+    world_size: int | None = None                    # the framework's own, from its config
+    world_size_source: str | None = None
+    environment: tuple[tuple[str, str], ...] = ()    # what it sets in its training processes (name, value)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,12 @@ class Framework:
     # data/frameworks/<file>: flags its patched Megatron-LM adds (flag, patches), which the
     # estimator does not model: such a launch is one ``unsupported-stack`` problem naming them.
     patched_megatron: str | None = None
+    # Why ``check --skip-unknown`` passes over this launch, or None to check it: (argv, entry path,
+    # entry script, release, base_dirs=) -> "<why it trains no Megatron model>" or "not checked: <why>".
+    launch_skip: Callable[..., str | None] | None = None
+    # Without a flag table, what confirms a program named like the framework's (its argv), or
+    # None: the name suffices.
+    confirm: Callable[[Sequence[str]], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,15 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
         return first.raw, (Problem("unsupported-stack", entry.location, message),), entry
     specs, origin = framework_flags(framework, path, base_dirs, release, python_path)
     if framework.read_argv is not None:     # it parses its whole argv itself (Megatron-Bridge)
-        read = framework.read_argv(argv, locations, entry, path, base_dirs, specs, release)
-        entry = replace(entry, framework_flags=origin, assumptions=(f"framework: {framework.name}, its flags read "
-                                                                     f"from {origin}",) + read.assumptions)
+        # a word whose text is not known here ($@) is left out, as the launch's notice says
+        kept = [i for i in range(len(argv)) if i not in set(opaque)]
+        read = framework.read_argv([argv[i] for i in kept], None if locations is None else
+                                   [locations[i] for i in kept if i < len(locations)], entry, path, base_dirs,
+                                   specs, release)
+        said = (f"framework: {framework.name}, its flags read from {origin}",) if origin else ()
+        entry = replace(entry, framework_flags=origin or None, assumptions=said + read.assumptions,
+                        world_size=read.world_size, world_size_source=read.world_size_source,
+                        environment=read.environment)
         return read.raw, tuple(read.problems), entry
     # Flags another parser takes apart (slime's --sglang-*, sglang_parse_args) are accepted as they are.
     apart = tuple(t.split("=", 1)[0] for t in argv if t.startswith(framework.prefixes)) if framework.prefixes else ()

@@ -178,6 +178,8 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
             if kind == "unknown" else None
         if framework is not None:     # a framework's training entry program (inputs/frameworks): checked
             why = framework.not_checked(found) if framework.not_checked is not None else None
+            if why is None and framework.launch_skip is not None:    # its config decides (verl, NeMo-RL)
+                return framework.launch_skip(launch.megatron_argv, found, command.script, base_dirs=dirs)
             return f"not checked: {why}" if why is not None else None
         if kind == "unknown" and not any(re.match(MODEL_FLAG, token) for token in launch.megatron_argv):
             return (f"launches no Megatron training: its launch at {launch.location} runs {program}, {what}, "

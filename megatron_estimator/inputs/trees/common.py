@@ -6,7 +6,7 @@ The extra is optional: without it a tree reader returns one ``missing-extra`` pr
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.yamlpos import YamlNode, key_location
@@ -56,3 +56,17 @@ def plain(value: Any) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def override_locator(overrides: Sequence[str], overrides_at: str | Sequence[str]) -> Callable[[str], str | None]:
+    """Where the last override of a key was given: ``overrides_at`` is one place for all (``command
+    line``) or one per override (a launch script's ``file:line`` of each word); None when no
+    override sets the key."""
+    places = [overrides_at] * len(overrides) if isinstance(overrides_at, str) else list(overrides_at)
+
+    def locate(key: str) -> str | None:
+        for override, place in zip(reversed(overrides), reversed(places)):
+            if override.lstrip("+~").split("=", 1)[0] == key:
+                return f"{place} {override}"
+        return None
+    return locate

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.inputs.trees.common import extra_problem
+from megatron_estimator.inputs.trees.common import extra_problem, override_locator
 
 _SETUP = "nemo_rl/models/megatron/setup.py"
 
@@ -212,7 +212,8 @@ def _has_key(config, key: str) -> bool:
     return True
 
 
-def _locator(files: Sequence[str], overrides: Sequence[str], where_overrides: str) -> Callable[[str], str]:
+def _locator(files: Sequence[str], overrides: Sequence[str], where_overrides: str | Sequence[str]
+             ) -> Callable[[str], str]:
     from omegaconf import OmegaConf
 
     loaded = []
@@ -222,19 +223,20 @@ def _locator(files: Sequence[str], overrides: Sequence[str], where_overrides: st
         except Exception:
             continue
 
+    given = override_locator(overrides, where_overrides)
+
     def locate(key: str) -> str:
-        for override in reversed(overrides):
-            if override.lstrip("+~").split("=", 1)[0] == key:
-                return f"{where_overrides} {override}"
+        if given(key) is not None:
+            return given(key)
         for file, config in reversed(loaded):
             if _has_key(config, key):
                 return f"{file} {key}"
-        return f"{files[-1] if files else where_overrides} {key}"
+        return f"{files[-1] if files else 'command line'} {key}"
     return locate
 
 
 def read_nemo_rl(path: str, overrides: Sequence[str] = (), *, release: str = "main",
-                 overrides_at: str = "command line") -> TreeReading:
+                 overrides_at: str | Sequence[str] = "command line") -> TreeReading:
     """A NeMo-RL config file (with its ``defaults:`` parents) and Hydra overrides as Megatron settings."""
     missing = extra_problem(path, "a NeMo-RL config")
     if missing is not None:
@@ -242,7 +244,9 @@ def read_nemo_rl(path: str, overrides: Sequence[str] = (), *, release: str = "ma
     register_resolvers()
     files: list[str] = []
     try:
-        config = apply_overrides(load_with_inheritance(path, files), overrides, overrides_at)
+        config = apply_overrides(load_with_inheritance(path, files), overrides,
+                                 overrides_at if isinstance(overrides_at, str) else
+                                 (overrides_at[0] if overrides_at else path))
         tree = resolved(config, path)
     except TreeError as error:
         return TreeReading(problems=(error.problem,))

@@ -31,7 +31,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.trees.common import extra_problem
+from megatron_estimator.inputs.trees.common import extra_problem, override_locator
 from megatron_estimator.inputs.trees.nemo_rl import Settings, TreeError, TreeReading, _integer, get, model_settings
 
 _ENGINE = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -68,8 +68,9 @@ def _compose(config_dir, config_name, overrides, hydra_compose, initialize_confi
 
 
 def read_verl(path: str, overrides: Sequence[str] = (), *, release: str = "main",
-              overrides_at: str = "command line") -> TreeReading:
-    """A verl trainer config file composed from its folder (Hydra) with overrides, as Megatron settings."""
+              overrides_at: str | Sequence[str] = "command line") -> TreeReading:
+    """A verl trainer config file composed from its folder (Hydra) with overrides, as Megatron settings
+    (``overrides_at``: where the overrides were given, one place or one per override)."""
     missing = extra_problem(path, "a verl config")
     if missing is not None:
         return TreeReading(problems=(missing,))
@@ -79,11 +80,10 @@ def read_verl(path: str, overrides: Sequence[str] = (), *, release: str = "main"
     except TreeError as error:
         return TreeReading(problems=(error.problem,))
 
+    given = override_locator(overrides, overrides_at)
+
     def locate(key: str) -> str:
-        for override in reversed(overrides):
-            if override.lstrip("+~").split("=", 1)[0] == key:
-                return f"{overrides_at} {override}"
-        return f"{path} {key}"
+        return given(key) or f"{path} {key}"
     return map_verl(tree, locate, path, release)
 
 
@@ -130,6 +130,14 @@ def map_verl(tree: dict, locate: Callable[[str], str], source: str, release: str
                      f"--seq-length {tokens}")
     else:
         s.put("micro_batch_size", actor + "ppo_micro_batch_size_per_gpu", _integer)
+        # One optimizer step takes a mini batch: ppo_mini_batch_size prompts x rollout.n responses,
+        # split over the data-parallel ranks, each split into micro batches
+        # (verl/workers/megatron_workers.py:354-355, workers/actor/megatron_actor.py:456): Megatron's global batch.
+        mini, n = get(tree, actor + "ppo_mini_batch_size"), get(tree, "actor_rollout_ref.rollout.n", 1)
+        if isinstance(mini, int) and isinstance(n, int) and not isinstance(mini, bool):
+            s.force("global_batch_size", mini * n, actor + "ppo_mini_batch_size")
+            notes.append(f"verl: the global batch is actor.ppo_mini_batch_size x rollout.n = {mini} x {n} = "
+                         f"{mini * n} sequences per optimizer step")
         if isinstance(prompt, int) and isinstance(response, int):
             s.force("seq_length", prompt + response, "data.max_response_length")
             notes.append(f"verl: a sequence is data.max_prompt_length + data.max_response_length = "
