@@ -15,6 +15,11 @@ from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.config.rules._common import Namespace, _modules, _selective_modules, release_behaviour
 
 
+# transformer_config.py __post_init__ allowed_modules (d98e8a64 lines 1945-1957).
+RECOMPUTE_MODULES = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                               "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"})
+
+
 def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # transformer_config.py __post_init__
     granularity = ns.get("recompute_granularity")
@@ -47,6 +52,14 @@ def recompute(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunConte
             yield Problem("recompute-num-layers-with-selective", raw.location("recompute_num_layers"),
                           "--recompute-num-layers must not be set with selective recompute")
         modules = ns.get("recompute_modules") or []
+        # transformer_config.py __post_init__ checks the module names only under selective
+        # recompute (d98e8a64 lines 1943-1962; core_v0.14.0 lines 867-882): with full or no
+        # recompute any name is accepted, and the model reads the list only under selective.
+        unknown = sorted(set(modules) - RECOMPUTE_MODULES)
+        if unknown:
+            yield Problem("invalid-choice", raw.location("recompute_modules"),
+                          f"--recompute-modules {' '.join(unknown)}: not one of "
+                          f"{', '.join(sorted(RECOMPUTE_MODULES))} (selective recompute)")
         if "moe_act" in modules and not ns.get("moe_grouped_gemm"):
             yield Problem("recompute-module-unsupported", raw.location("recompute_modules"),
                           "recompute module moe_act needs --moe-grouped-gemm")
