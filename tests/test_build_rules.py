@@ -1,6 +1,6 @@
 """Issue 29: what Megatron refuses when it builds, wraps or first runs the model, and the
-validate_args asserts an independent differential run found unmirrored (config/rules_build.py,
-and the release-dependent query-group rule, the dense MoE overlap of config/rules.py).
+validate_args asserts an independent differential run found unmirrored (config/rules/,
+and the release-dependent query-group rule, the dense MoE overlap of config/rules/moe.py).
 
 Each expectation is read from Megatron-LM's source at the cited line (tags core_v0.14.0 ...
 core_v0.19.0 and main d98e8a64); the megatron-core cases at the end run megatron-core 0.16.1's

@@ -87,7 +87,7 @@ def test_fits_on_judges_each_gpu_with_its_own_attention_kernel():
 @pytest.mark.parametrize("connections, expected_capability", [("1", 0.0), (None, 10.0)])
 def test_a_job_invalid_on_a_gpu_does_not_fit_there(connections, expected_capability):
     # Tensor parallelism in the job's own environment: before Blackwell (compute capability < 10)
-    # Megatron's validate_args stops without CUDA_DEVICE_MAX_CONNECTIONS=1 (config/rules.py
+    # Megatron's validate_args stops without CUDA_DEVICE_MAX_CONNECTIONS=1 (config/rules/environment.py
     # device_connections).  The tiny model needs well under 3 GiB (model states of 0.2M
     # parameters, 0.5 GiB CUDA context, two 0.5 GiB NCCL communicators), below every GPU.
     inp, problems = api.input_from_flags(flags(TINY_GPT + " --tensor-model-parallel-size 2"))

@@ -1,5 +1,5 @@
 """The audit of Megatron's configuration checks (tests/data/megatron_config_checks.tsv, issue 12)
-and the rules it added (config/rules_parity.py).
+and the rules it added (config/rules/).
 
 Every accept / refuse case below was run through Megatron-LM main d98e8a64's own parse_args,
 validate_args, core_transformer_config_from_args (the __post_init__ checks) and meta-device

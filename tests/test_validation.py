@@ -261,7 +261,7 @@ def test_step_batch_size_schedule_with_global_batch_size_is_refused():
     assert [p.code for p in err.value.problems] == ["step-schedule-with-global-batch"]
 
 
-# ---- checks the differential harness found (scripts/megatron_validate; config/rules_parity.py) ----
+# ---- checks the differential harness found (scripts/megatron_validate; config/rules/) ----
 
 def test_moe_with_biases_needs_expert_tensor_parallel_size_one():
     # megatron/core/transformer/transformer_config.py __post_init__: num_moe_experts with

@@ -367,7 +367,7 @@ def _mla_q_proj_norm(ns: Mapping[str, Any], release: ChosenRelease) -> bool:
     ``linear_q_proj`` the backend's fused norm + linear whenever --qk-layernorm is set and
     --q-lora-rank is not (the GPT and hybrid specs name a plain linear there); before it the
     spec's plain linear was built and the q norm did not exist.  The local backend has no fused
-    layer: that combination is refused (config/rules.py ``mla_qk_norm``)."""
+    layer: that combination is refused (config/rules/attention.py ``mla_qk_norm``)."""
     from megatron_estimator.megatron.behaviour import behaviour
 
     return (bool(ns.get("qk_layernorm")) and ns.get("q_lora_rank") is None

@@ -20,7 +20,7 @@ changes for memory:
   from Transformer Engine (megatron/core/models/gpt/gpt_layer_specs.py, ``HAVE_TE``), and
   ``--attention-backend auto`` lets it pick flash or fused attention; the estimate models that
   stack whatever its version, so for memory a found version is context only; it becomes
-  ``Overheads.transformer_engine`` for the rules on its version (config/release_rules.py
+  ``Overheads.transformer_engine`` for the rules on its version (config/rules/environment.py
   ``te_version``: validate_args' ``is_te_min_version`` checks); not found is said.
 - PyTorch: context only (the estimate's allocator model does not depend on its version).
 """

@@ -37,7 +37,7 @@ def recompute_groups(config: EstimatorConfig, layers: tuple[int, ...]) -> tuple[
     tr = config.training
     if tr.recompute_granularity != "full" or not layers:
         return [], layers
-    n = tr.recompute_num_layers     # validated: >= 1 with uniform, >= 0 with block (config/rules.py recompute)
+    n = tr.recompute_num_layers     # validated: >= 1 with uniform, >= 0 with block (config/rules/recompute.py)
     if tr.recompute_method == "uniform":
         return [layers[i:i + n] for i in range(0, len(layers), n)], ()
     # block (megatron/core/recompute.py, transformer_block.py before 0.19): the first n layers of

@@ -1,36 +1,83 @@
-"""Megatron's cross-field rules whose content depends on the release checked against.
+"""The job's environment and stack: CUDA_DEVICE_MAX_CONNECTIONS, attention backends set by
+variables, deterministic mode, the Transformer Engine version.  Their codes are notes, not
+refusals, unless the environment read is the job's (config/resolve.py ENVIRONMENT_RULES).
 
-Each rule reads its release's facts from ``data/megatron_behaviour.tsv``
-(``megatron.behaviour.behaviour``: the chosen release, or ``main`` as of a day) and mirrors the
-Megatron file that row cites.  ``config/rules.py`` appends ``RELEASE_RULES`` to its own, so they
-run with the same signature (``rule(ns, raw, env, run)``) wherever those do (``resolve_config``,
-the planner's validity).
+Each rule has the signature ``rule(ns, raw, env, run)`` (``_common.Rule``) and cites the Megatron file
+and line it mirrors and the releases it holds for; ``config/rules/__init__.py`` lists every rule
+in the order it runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
-
-Namespace = Mapping[str, Any]
+from typing import Iterator, Mapping
 
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
+from megatron_estimator.config.rules._common import Namespace, _flag, _release_said, release_behaviour
+
+
+def environment(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/models/common/language_module/language_module.py _set_attention_backend
+    if ns.get("transformer_impl") != "transformer_engine":
+        return
+    backend = ns.get("attention_backend", "auto")
+    expected = {
+        "local": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"},
+        "flash": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"},
+        "fused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"},
+        "unfused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "1"},
+        "auto": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "1"},
+    }.get(backend, {})
+    for var, value in expected.items():
+        if var in env and env[var] != value:
+            yield Problem("attention-backend-env-conflict", raw.location("attention_backend"),
+                          f"{var}={env[var]} in the environment conflicts with --attention-backend {backend} "
+                          f"(Megatron expects {var}={value} and stops); unset it or choose the matching "
+                          "--attention-backend")
+
+
+def device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # arguments.py validate_args (d98e8a64 lines 1453-1478): before Blackwell, TP or CP asserts
+    # CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-FSDP / torch FSDP2 / the MoE expert-parallel overlap
+    # only warn).  Without a named GPU the run's assumed generation stands in, and is said.
+    arch = run.gpu_compute_capability
+    assumed = arch is None
+    arch = run.assumed_compute_capability if assumed else arch
+    if arch is None or (ns.get("tensor_model_parallel_size") or 1) <= 1 and (ns.get("context_parallel_size") or 1) <= 1:
+        return
+    if ns.get("use_megatron_fsdp") or ns.get("use_torch_fsdp2") or ns.get("overlap_moe_expert_parallel_comm"):
+        return
+    gpu = f"compute capability {arch:g}" + (", assumed: no --gpu named" if assumed else "")
+    if arch >= 10 or env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        if assumed:
+            yield Problem("gpu-generation-assumed", "--gpu",
+                          f"GPU generation: no --gpu named; the CUDA_DEVICE_MAX_CONNECTIONS rule of tensor / context "
+                          f"parallelism assumed compute capability {arch:g} (it applies before Blackwell, 10)")
+    else:
+        launch = run.launch_location      # a script's launch line, where its environment applies
+        yield Problem("cuda-device-max-connections",
+                      f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
+                      f"tensor or context parallelism on this GPU ({gpu}) needs CUDA_DEVICE_MAX_CONNECTIONS=1 in "
+                      f"the environment; Megatron stops otherwise (it is {env.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')})")
+
+
+def fsdp_device_connections(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args (main d98e8a64): Megatron-FSDP and torch
+    # FSDP2 assert CUDA_DEVICE_MAX_CONNECTIONS is not "1", on every GPU generation.
+    fsdp = next((d for d in ("use_megatron_fsdp", "use_torch_fsdp2") if ns.get(d)), None)
+    if fsdp is None or env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        return
+    launch = run.launch_location
+    yield Problem("fsdp-cuda-device-max-connections",
+                  f"{launch} CUDA_DEVICE_MAX_CONNECTIONS" if launch else "CUDA_DEVICE_MAX_CONNECTIONS",
+                  f"{_flag(fsdp)} needs CUDA_DEVICE_MAX_CONNECTIONS unset or above 1; the environment sets "
+                  "it to 1 and Megatron stops")
 
 
 # The environment codes: notes, not refusals, unless the environment read is the job's
 # (config/resolve.py ENVIRONMENT_RULES).
 DETERMINISTIC_ENVIRONMENT = "deterministic-mode-environment"
-
-
-def _behaviour(rule: str, run: RunContext) -> str:
-    from megatron_estimator.megatron.behaviour import behaviour
-    return behaviour(rule, run.release)
-
-
-def _release_said(run: RunContext) -> str:
-    chosen = run.release
-    return f"Megatron {chosen.version}" + (f" as of {chosen.as_of}" if chosen.as_of else "")
 
 
 def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
@@ -42,13 +89,13 @@ def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
     if not ns.get("deterministic_mode"):
         return
     said = _release_said(run)
-    for dest in filter(None, _behaviour("deterministic_mode_forbids", run).split(",")):
+    for dest in filter(None, release_behaviour("deterministic_mode_forbids", run).split(",")):
         if ns.get(dest):
             flag = "--" + dest.replace("_", "-")
             yield Problem("deterministic-mode-conflict", raw.location(dest),
                           f"{flag} cannot be used with --deterministic-mode ({said} refuses it): drop one")
     where = (lambda var: f"{run.launch_location} {var}" if run.launch_location else var)
-    mode, _, choices = _behaviour("deterministic_nccl_algo", run).partition(":")
+    mode, _, choices = release_behaviour("deterministic_nccl_algo", run).partition(":")
     accepted = choices.split(",")
     nccl = env.get("NCCL_ALGO")
     if mode == "required" and nccl not in accepted:
@@ -62,14 +109,14 @@ def deterministic_mode(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
             yield Problem(DETERMINISTIC_ENVIRONMENT, where("NCCL_ALGO"),
                           f"--deterministic-mode accepts NCCL_ALGO tokens {', '.join(accepted)} only ({said}); "
                           f"it is {nccl!r}")
-    for item in filter(None, _behaviour("deterministic_env_values", run).split(";")):
+    for item in filter(None, release_behaviour("deterministic_env_values", run).split(";")):
         var, _, values = item.partition("=")
         allowed = values.split("|")
         if env.get(var) is not None and env[var] not in allowed:
             yield Problem(DETERMINISTIC_ENVIRONMENT, where(var),
                           f"--deterministic-mode accepts {var} = {' or '.join(allowed)} only ({said}); "
                           f"it is {env[var]!r}")
-    for var in filter(None, _behaviour("deterministic_env_one", run).split(",")):
+    for var in filter(None, release_behaviour("deterministic_env_one", run).split(",")):
         if env.get(var) and not env[var].startswith("1"):
             yield Problem(DETERMINISTIC_ENVIRONMENT, where(var),
                           f"{var}={env[var]!r} turns determinism off under --deterministic-mode ({said} "
@@ -108,7 +155,7 @@ def te_version(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCont
             needs.append((dest, "2.9.0", "--" + dest.replace("_", "-")))
     if ns.get("delay_wgrad_compute"):
         if ns.get("overlap_grad_reduce"):
-            needs.append(("delay_wgrad_compute", _behaviour("delay_wgrad_overlap_te_min", run),
+            needs.append(("delay_wgrad_compute", release_behaviour("delay_wgrad_overlap_te_min", run),
                           "--delay-wgrad-compute with --overlap-grad-reduce"))
         if not ns.get("gradient_accumulation_fusion", True):
             needs.append(("delay_wgrad_compute", "2.7.0", "--delay-wgrad-compute with --no-gradient-accumulation-fusion"))
@@ -125,19 +172,3 @@ def te_version(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunCont
 
 
 TE_ENVIRONMENT = "transformer-engine-environment"
-
-
-def rampup_with_train_iters(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
-    """megatron/training/arguments.py validate_args through 0.17: iteration-based training
-    (--train-iters) asserts no --rampup-batch-size (from 29e798a48d, 0.17, not under
-    --skip-train); 532ad926b4 (0.18) replaced the rampup scheduler and dropped the check."""
-    when = _behaviour("rampup_with_train_iters_rejected", run)
-    if not ns.get("rampup_batch_size") or not ns.get("train_iters") or when == "never" \
-            or when == "unless_skip_train" and ns.get("skip_train"):
-        return
-    yield Problem("rampup-with-train-iters", raw.location("rampup_batch_size"),
-                  f"--rampup-batch-size cannot be used with iteration-based training (--train-iters) in "
-                  f"{_release_said(run)}; give --train-samples instead")
-
-
-RELEASE_RULES = [deterministic_mode, te_version, rampup_with_train_iters]

@@ -1,0 +1,80 @@
+"""The training schedule: batch sizes and their ramp-up, iterations against samples, learning rates,
+data sources, deprecated flags.
+
+Each rule has the signature ``rule(ns, raw, env, run)`` (``_common.Rule``) and cites the Megatron file
+and line it mirrors and the releases it holds for; ``config/rules/__init__.py`` lists every rule
+in the order it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from megatron_estimator.config.run_context import RunContext
+from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.rawargs import RawArgs
+from megatron_estimator.config.rules._common import Namespace, _flag, _ints, _release_said, release_behaviour
+
+
+def batch_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/num_microbatches_calculator.py
+    if not _ints(ns, "micro_batch_size", "global_batch_size", "data_parallel_size"):
+        return
+    mbs, gbs, dp = ns["micro_batch_size"], ns["global_batch_size"], ns["data_parallel_size"]
+    if gbs % (mbs * dp):
+        yield Problem("global-batch-not-divisible", raw.location("global_batch_size"),
+                      f"--global-batch-size {gbs} is not divisible by micro batch ({mbs}) x "
+                      f"data parallel ({dp}) = {mbs * dp}")
+
+
+def deprecated(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # arguments.py validate_args: removed flags that Megatron rejects.
+    replacements = {
+        "batch_size": "--micro-batch-size",
+        "warmup": "--lr-warmup-fraction",
+        "model_parallel_size": "--tensor-model-parallel-size",
+        "checkpoint_activations": "--recompute-activations or --recompute-granularity",
+    }
+    for dest, replacement in replacements.items():
+        if raw.given(dest) and ns.get(dest) not in (None, False):
+            yield Problem("deprecated-flag", raw.location(dest),
+                          f"{_flag(dest)} is no longer valid; use {replacement}")
+
+
+def training_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # arguments.py validate_args: learning rate and iteration-vs-sample training.
+    lr, min_lr = ns.get("lr"), ns.get("min_lr")
+    if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
+        yield Problem("min-lr-exceeds-lr", raw.location("min_lr"), f"--min-lr {min_lr} exceeds --lr {lr}")
+    if ns.get("train_iters") and ns.get("train_samples"):
+        yield Problem("iters-and-samples", raw.location("train_samples"),
+                      "--train-iters and --train-samples cannot both be set")
+    if ns.get("save") is not None and not ns.get("save_interval"):
+        yield Problem("save-needs-interval", raw.location("save"), "--save needs a positive --save-interval")
+    sources = [d for d in ("mock_data", "data_path") if ns.get(d)]
+    if len(sources) > 1:
+        yield Problem("multiple-data-sources", raw.location("mock_data"),
+                      "--mock-data and --data-path cannot both be set")
+
+
+def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args (main d98e8a64): a step batch-size schedule
+    # and an explicit --global-batch-size cannot both be given (ValueError).
+    if ns.get("step_batch_size_schedule") is not None and raw.given("global_batch_size") \
+            and ns.get("global_batch_size") is not None:
+        yield Problem("step-schedule-with-global-batch", raw.location("global_batch_size"),
+                      "--global-batch-size cannot be combined with --step-batch-size-schedule "
+                      "(the schedule sets the global batch size)")
+
+
+def rampup_with_train_iters(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    """megatron/training/arguments.py validate_args through 0.17: iteration-based training
+    (--train-iters) asserts no --rampup-batch-size (from 29e798a48d, 0.17, not under
+    --skip-train); 532ad926b4 (0.18) replaced the rampup scheduler and dropped the check."""
+    when = release_behaviour("rampup_with_train_iters_rejected", run)
+    if not ns.get("rampup_batch_size") or not ns.get("train_iters") or when == "never" \
+            or when == "unless_skip_train" and ns.get("skip_train"):
+        return
+    yield Problem("rampup-with-train-iters", raw.location("rampup_batch_size"),
+                  f"--rampup-batch-size cannot be used with iteration-based training (--train-iters) in "
+                  f"{_release_said(run)}; give --train-samples instead")
