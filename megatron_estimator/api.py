@@ -32,11 +32,14 @@ from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 from megatron_estimator.inputs.release_choice import choose_megatron_release, launched_tree_release  # noqa: F401
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
+from megatron_estimator.core.sourced import Sourced
+# One request, one way from input to verdict (request.py); suggest_changes re-estimates through it.
+from megatron_estimator.request import Request, job_environ, suggest_changes, verdict_of  # noqa: F401
 
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
            "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
            "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
-           "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes", "with_options",
+           "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes", "Request", "verdict_of", "Sourced", "with_options",
            "seed_options"]
 
 
@@ -68,18 +71,6 @@ def _release(release: ChosenRelease | str | None) -> ChosenRelease:
         return release or DEFAULT_RELEASE
     from megatron_estimator.megatron.releases import release_of
     return release_of(release, "release argument")
-
-
-def _environment(base: Mapping[str, str] | None, extra: Mapping[str, str | None]) -> dict[str, str]:
-    """The job's environment: ``base`` with what the input adds (None: a variable the launch
-    script unsets, which the job does not get)."""
-    env = dict(os.environ if base is None else base)
-    for name, value in extra.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
 
 
 def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
@@ -115,7 +106,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
     if yaml_path is not None:
         from megatron_estimator.inputs.megatron_yaml import flags_ignored_by_yaml_cfg, load_megatron_yaml
 
-        env = _environment(environ, {})
+        env = job_environ(environ, {})
         loaded = load_megatron_yaml(yaml_path, env)
         ignored = flags_ignored_by_yaml_cfg(argv)
         notes = ()
@@ -138,7 +129,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
                                                is_module=entry_is_module, base_dirs=entry_dirs,
                                                locations=locations, source=source, accepted=accept_flags,
                                                opaque=opaque, release=release.version,
-                                               python_path=_environment(environ, {}).get("PYTHONPATH") or "")
+                                               python_path=job_environ(environ, {}).get("PYTHONPATH") or "")
         return TrainingInput(raw, source=source, entry=entry, release=release, world_size=entry.world_size, notes=entry.assumptions,
                              world_size_source=entry.world_size_source), tuple(problems)
     reading = read_megatron_argv(list(argv), locations=locations, source=source, accepted=accept_flags,
@@ -210,11 +201,6 @@ def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Seque
     return replace(inp, raw=merged, defaults=inp.defaults + defaults), problems
 
 
-def _default_words(inp: TrainingInput, world_size_source: str | None) -> tuple[str, ...]:
-    """The seed-style defaults ``inp`` took, the world size among them when it is the one used."""
-    return inp.defaults + ((f"{SEED_WORLD_SIZE} GPUs",) if world_size_source == SEED_WORLD_SOURCE else ())
-
-
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                       accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
@@ -228,7 +214,7 @@ def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None 
     command, problems = parse_launch_command(list(argv), env)
     if command.script is None:
         return TrainingInput(RawArgs(), source="launch command", release=_release(release)), tuple(problems), command
-    inp, flag_problems = input_from_flags(command.megatron_argv, environ=_environment(env, command.environment_dict),
+    inp, flag_problems = input_from_flags(command.megatron_argv, environ=job_environ(env, command.environment_dict),
                                           locations=command.megatron_locations, source=command.script,
                                           entry_script=command.script,
                                           entry_location=entry_script_location(command.locations, command.script_index,
@@ -305,7 +291,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
 
     # The directory the script's cd leaves first: a relative entry script is run from there.
     dirs = tuple(dict.fromkeys(((loaded.entry_cwd,) if loaded.entry_cwd else ()) + base_directories(env, name)))
-    inp, flag_problems = input_from_flags(loaded.flags, environ=_environment(env, loaded.environment),
+    inp, flag_problems = input_from_flags(loaded.flags, environ=job_environ(env, loaded.environment),
                                           locations=loaded.flag_locations, source=name,
                                           entry_script=loaded.entry_script,
                                           entry_location=loaded.entry_location or loaded.launch_location or name,
@@ -341,11 +327,9 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
              suggest: bool = False, fits_on: bool = True) -> Verdict:
-    """Validate and estimate one input; never raises for bad input (the verdict holds the problems).
-    It is checked against the release it was read for (``inp.release``, named as ``Verdict.megatron``).
-
-    A refused input's verdict keeps the input's notices (``Verdict.notes``: the unknown values
-    it assumed, each with its file:line), which a valid one states among its assumptions.
+    """Validate and estimate one input: ``verdict_of`` a ``Request`` of these fields (request.py);
+    never raises for bad input (the verdict holds the problems).  It is checked against the
+    release it was read for (``inp.release``, named as ``Verdict.megatron``).
 
     With ``suggest``, a refusal (a stage over the budget) carries ``Verdict.suggestions``: the
     nearest changes that make every stage fit (``suggest_changes``); a fitting launch pays nothing.
@@ -353,92 +337,11 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
     With ``fits_on`` (the default), ``Estimate.fits_on`` names the catalog GPUs on which every
     stage fits, each judged on its own run context (``results.catalog_fit``; worked out when first
     read); the planner's and the suggestions' re-estimates leave it out (None)."""
-    from megatron_estimator.results.estimate import build_estimate as estimate_memory
-    from megatron_estimator.model.overhead import Overheads
-    from megatron_estimator.config.resolve import resolve_config
-    from megatron_estimator.inputs.entry_script import model_family
-    from megatron_estimator.report.assumptions import state_all
-
-    family = model_family(inp.raw, inp.entry)
-    # The seed-style defaults taken: an assumption of the estimate, a notice of a refusal.
-    defaults = _default_words(inp, world_size_source if world_size is not None else inp.world_size_source)
-    said: tuple[Assumption, ...] = ()
-    if defaults:
-        from megatron_estimator.report.assumptions import seed_defaults
-
-        said = (seed_defaults(defaults),)
-    notices = tuple(a.text for a in said) + inp.notes
-    if problems and not inp.raw.settings:
-        if inp.entry is None:
-            return Verdict(inp.source, megatron=inp.release, problems=tuple(problems), notes=notices)
-        # A launch of a family the estimator does not model is refused as such, whatever else.
-        from megatron_estimator.config.family import unsupported_model
-
-        refusal = unsupported_model(family)
-        return Verdict(inp.source, megatron=inp.release, problems=tuple(problems) + ((refusal,) if refusal else ()),
-                       family=family, notes=notices)
-    env = _environment(environ, inp.environment)
-    if world_size is None:
-        world_size, world_size_source = inp.world_size, inp.world_size_source
-    if world_size is None and inp.world_size_unknown is not None and inp.world_size_unknown not in problems:
-        problems = tuple(problems) + (inp.world_size_unknown,)
-    overheads = overheads or Overheads()
-
-    def resolve(compute_capability: float | None):
-        return resolve_config(inp.raw, world_size=world_size, world_size_source=world_size_source, environ=env,
-                              compute_capability=compute_capability, flash_attn=overheads.flash_attn,
-                              resume=overheads.resume, transformer_engine=overheads.transformer_engine,
-                              launch_location=inp.launch_location, job_environment=inp.job_environment, family=family,
-                              release=inp.release,
-                              assumed_compute_capability=None if compute_capability else overheads.compute_capability)
-
-    try:
-        config = resolve(overheads.compute_capability if overheads.gpu_known else None)
-    except InvalidInput as err:
-        # A key the input already reported (missing, mistyped) makes validation miss it too:
-        # one message per problem, the input's own.
-        reported = {p.location for p in problems}
-        found = tuple(p for p in err.problems if p not in problems and p.location not in reported)
-        # An unsupported model family is said first: the rest is only what its command line holds.
-        refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
-        problems = refusals + tuple(problems) + tuple(p for p in found if p not in refusals)
-        return Verdict(inp.source, megatron=inp.release, problems=problems, family=family, notes=notices)
-    if problems:
-        # The input had problems of its own (an unknown flag, a bad value): report them, with
-        # whatever validation found in the rest, instead of an estimate of something else.
-        return Verdict(inp.source, megatron=inp.release, problems=tuple(problems), family=family, notes=notices)
-    if inp.notes:
-        config = replace(config, notes=config.notes + inp.notes)
-    result = estimate_memory(config, budget=budget, budget_source=budget_source,
-                             overheads=overheads, environ=env)
-    result = replace(result, assumptions=said + state_all(result.assumed))
-    if fits_on:
-        from megatron_estimator.results.catalog_fit import catalog_fit
-
-        result = replace(result, catalog_fit=catalog_fit(result, resolve, overheads, env))
-    if suggest and result.fits is False:
-        return Verdict(inp.source, megatron=inp.release, estimate=result, family=family,
-                       suggestions=suggest_changes(inp, result, overheads=overheads, environ=environ))
-    return Verdict(inp.source, megatron=inp.release, estimate=result, family=family)
-
-
-def suggest_changes(inp: TrainingInput, refused: Estimate, *, overheads=None,
-                    environ: Mapping[str, str] | None = None):
-    """The nearest changes of the refused launch ``inp`` (estimated as ``refused``, a stage over
-    its budget) that make every stage fit: a ``results.suggestion.Suggestions`` (planner/suggest.py),
-    each suggestion re-estimated through ``evaluate`` on the same world, budget and overheads."""
-    from megatron_estimator.model.overhead import Overheads
-    from megatron_estimator.planner.suggest import suggest
-
-    overheads = overheads or Overheads()
-    env = _environment(environ, inp.environment)
-
-    def verifier(raw: RawArgs) -> Verdict:
-        return evaluate(replace(inp, raw=raw, notes=()), world_size=refused.world_size,
-                        world_size_source=refused.world_size_source, budget=refused.budget_bytes,
-                        budget_source=refused.budget_source, overheads=overheads, environ=environ, fits_on=False)
-
-    return suggest(inp, refused, overheads=overheads, environ=env, verify=verifier)
+    return verdict_of(Request(
+        inp, problems=tuple(problems),
+        world_size=Sourced(world_size, world_size_source) if world_size is not None else None,
+        budget=Sourced(budget, budget_source) if budget is not None or budget_source is not None else None,
+        overheads=overheads, environ=environ, suggest=suggest, fits_on=fits_on))
 
 
 def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False,
@@ -463,20 +366,17 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
     except ValueError as err:
         argument_problems.append(Problem("unknown-megatron-release", "release", str(err)))
         release = DEFAULT_RELEASE
-    budget_source = None
+    given_budget = None
     try:
         if budget is not None:
-            budget, budget_source = budget_bytes(budget), _budget_source(budget)
+            given_budget = Sourced(budget_bytes(budget), _budget_source(budget))
     except InvalidInput as err:
         argument_problems += err.problems
-        budget = None
-    world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument",
-                                                              location="world_size")
-    argument_problems += world_problems
     inp, problems = load_input(config, environ=environ, world_size_given=world_size is not None, release=release)
-    verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
-                       budget=budget, budget_source=budget_source, overheads=overheads,
-                       environ=environ, problems=tuple(argument_problems) + tuple(problems))
+    verdict = verdict_of(Request(inp, problems=tuple(argument_problems) + tuple(problems),
+                                 world_size=Sourced(world_size, "world_size argument") if world_size is not None else None,
+                                 world_size_location="world_size", budget=given_budget, overheads=overheads,
+                                 environ=environ))
     if verdict.estimate is None:
         raise InvalidInput(verdict.problems)
     return verdict.estimate
@@ -651,7 +551,7 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     clock = clock or time.perf_counter
     started = clock()
     problems: list[Problem] = []
-    problems += world_size_for(None, world_size, "--world-size")[2]
+    problems += world_size_for(None, world_size, "--world-size")[1]
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         problems.append(Problem("out-of-range", "--global-batch-size",
                                 f"global batch size {global_batch_size!r} must be a positive integer"))
@@ -686,12 +586,12 @@ def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: 
     # Layouts are planned for a fresh start: a resumed run's checkpoint exchange buffers
     # (model/checkpoint.py) depend on the checkpoint on disk, not on the layout searched.
     overheads = replace(overheads, resume="no")
-    env = _environment(environ, inp.environment)
+    env = job_environ(environ, inp.environment)
 
     def verifier(raw: RawArgs) -> Verdict:
-        return evaluate(replace(inp, raw=raw), world_size=world_size, world_size_source="--world-size",
-                        budget=budget_size, budget_source=budget_source, overheads=overheads, environ=env,
-                        fits_on=False)
+        return verdict_of(Request(replace(inp, raw=raw), world_size=Sourced(world_size, "--world-size"),
+                                  budget=Sourced(budget_size, budget_source), overheads=overheads, environ=env,
+                                  fits_on=False))
 
     return search(inp, world_size=world_size, global_batch_size=global_batch_size, budget=budget_size,
                   budget_source=budget_source, overheads=overheads, environ=env, space=space or SearchSpace(),
@@ -718,7 +618,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
     if problems:
         raise InvalidInput(problems)
     return layouts(inp, world_size=world_size, global_batch_size=global_batch_size,
-                   environ=_environment(environ, inp.environment), space=space)
+                   environ=job_environ(environ, inp.environment), space=space)
 
 
 def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,

@@ -292,17 +292,23 @@ def _options(ns: argparse.Namespace, environ):
 
 
 def _estimate_options(settings) -> dict:
-    """The budget (with where it came from) and the overhead assumptions for ``api.evaluate``
+    """The budget (with where it came from) and the overhead assumptions of a ``api.Request``
     (with the ``stack`` setting's facts, ``api.stated_stack``)."""
-    from megatron_estimator.api import overheads_from_settings, stated_stack
+    from megatron_estimator.api import Sourced, overheads_from_settings, stated_stack
 
     budget = settings.budget
     overheads, _ = stated_stack(settings, overheads_from_settings(settings))
     return {
-        "budget": budget,
-        "budget_source": settings.source("budget") if budget is not None else None,
+        "budget": Sourced(budget, settings.source("budget")) if budget is not None else None,
         "overheads": overheads,
     }
+
+
+def _given_world_size(value, source):
+    """``--world-size`` (None: not given) with its source text, for a ``api.Request``."""
+    from megatron_estimator.api import Sourced
+
+    return Sourced(value, source) if value is not None else None
 
 
 def _stated_stack_records(settings) -> tuple:
@@ -340,7 +346,7 @@ def _with_settings_problems(verdict, problems):
 
 
 def cmd_estimate(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_flags, input_from_model, with_options, world_size_for
+    from megatron_estimator.api import Request, input_from_flags, input_from_model, verdict_of, with_options
 
     options = _seed_values(ns)
     settings, settings_problems, release = _options(ns, environ)
@@ -355,11 +361,11 @@ def cmd_estimate(ns, environ) -> int:
         inp, problems = input_from_flags(args, environ=environ, release=release)
     # Asked in the seed's style (no Megatron flags after '--'): the seed's defaults.
     inp, problems = with_options(inp, problems, options, flags=args, seed_style=not args, environ=environ)
-    world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source, environ=environ)
-    problems = tuple(problems) + world_problems
     inp, job_environ = _job_environment(ns, inp, environ)
-    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=job_environ,
-                       problems=problems, suggest=True, **_estimate_options(settings))
+    verdict = verdict_of(Request(inp, problems=tuple(problems),
+                                 world_size=_given_world_size(ns.world_size, ns.world_size_source),
+                                 world_environ=environ, environ=job_environ, suggest=True,
+                                 **_estimate_options(settings)))
     verdict = _with_settings_problems(verdict, settings_problems)
     if settings.stack:
         from dataclasses import replace
@@ -388,7 +394,7 @@ def _job_environment(ns, inp, environ):
 
 
 def cmd_run(ns, environ) -> int:
-    from megatron_estimator.api import evaluate, input_from_launch, world_size_for
+    from megatron_estimator.api import Request, Sourced, input_from_launch, verdict_of
 
     argv = _strip_separator(ns.launch)
     if not argv:
@@ -396,10 +402,6 @@ def cmd_run(ns, environ) -> int:
     settings, settings_problems, release = _options(ns, environ)
     inp, problems, command = input_from_launch(argv, environ=environ, accept_flags=settings.accept_flags,
                                                release=release)
-    world, world_source, world_problems = world_size_for(inp, ns.world_size,
-                                                         f"--world-size {ns.world_size} given to the estimator",
-                                                         say_launch=True, location="--world-size")
-    problems = tuple(problems) + world_problems
     options = _estimate_options(settings)
     if options["budget"] is None:
         # No budget from any source: the GPU of the machine the job starts on, from its driver.
@@ -408,7 +410,7 @@ def cmd_run(ns, environ) -> int:
         detected = driver_gpu_budget(environ)
         if detected is not None:
             budget, gpu, source = detected
-            options = {"budget": budget, "budget_source": source,
+            options = {"budget": Sourced(budget, source),
                        "overheads": overheads_from_settings(settings, gpu=gpu) if gpu is not None
                        else options["overheads"]}
     # The job's stack (PyTorch, Transformer Engine, flash-attn) from its package metadata; the
@@ -419,8 +421,11 @@ def cmd_run(ns, environ) -> int:
 
     overheads, stack = job_stack({**environ, **inp.environment}, options["overheads"], settings)
     options = {**options, "overheads": overheads}
-    verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                       problems=problems, suggest=True, **options)
+    verdict = verdict_of(Request(inp, problems=tuple(problems),
+                                 world_size=_given_world_size(ns.world_size,
+                                                              f"--world-size {ns.world_size} given to the estimator"),
+                                 world_size_location="--world-size", say_launch=True, environ=environ, suggest=True,
+                                 **options))
     verdict = replace(_with_settings_problems(verdict, settings_problems), stack=stack)
     if verdict.exit_code == EXIT_FITS and verdict.estimate is not None:
         return _launch(command)
@@ -449,8 +454,8 @@ def _launch(command) -> int:
 def cmd_check(ns, environ) -> int:
     from dataclasses import replace
 
-    from megatron_estimator.api import (Verdict, evaluate, input_from_file, launched_tree_release,
-                                        not_a_training_input, with_options, world_size_for)
+    from megatron_estimator.api import (Request, Verdict, input_from_file, launched_tree_release,
+                                        not_a_training_input, verdict_of, with_options)
 
     options = _seed_values(ns)
     settings, settings_problems, chosen = _options(ns, environ)
@@ -476,9 +481,9 @@ def cmd_check(ns, environ) -> int:
             return inp, file_problems
 
         def check(inp, file_problems):
-            world, world_source, world_problems = world_size_for(inp, ns.world_size, ns.world_size_source)
-            verdict = evaluate(inp, world_size=world, world_size_source=world_source, environ=environ,
-                               problems=tuple(file_problems) + world_problems, suggest=True, **_estimate_options(settings))
+            verdict = verdict_of(Request(inp, problems=tuple(file_problems),
+                                         world_size=_given_world_size(ns.world_size, ns.world_size_source),
+                                         environ=environ, suggest=True, **_estimate_options(settings)))
             return replace(verdict, stack=_stated_stack_records(settings)) if settings.stack else verdict
 
         inp, file_problems = read(chosen)
@@ -591,7 +596,8 @@ def cmd_plan(ns, environ) -> int:
         problems.append(Problem("out-of-range", "--top", f"--top {ns.top} must be from 1 to {MAX_TOP:,}"))
     if ns.gpus_per_node is not None and ns.gpus_per_node < 1:
         problems.append(Problem("out-of-range", "--gpus-per-node", f"--gpus-per-node {ns.gpus_per_node} must be at least 1"))
-    world, _, world_problems = world_size_for(None, ns.world_size, environ=environ)
+    given_world, world_problems = world_size_for(None, ns.world_size, environ=environ)
+    world = given_world.value if given_world is not None else None
     problems += world_problems
     gbs = ns.global_batch_size
     if (world is None and not world_problems) or gbs is None:
@@ -599,7 +605,8 @@ def cmd_plan(ns, environ) -> int:
         inp, input_problems = plan_input(path, extra_flags=flags, preset=ns.model, hf_config=ns.hf_config,
                                          environ=environ, release=release)
         if world is None and not world_problems:
-            world, _, world_problems = world_size_for(inp)
+            own_world, world_problems = world_size_for(inp)
+            world = own_world.value if own_world is not None else None
             problems += world_problems
         if gbs is None and inp.raw.given("global_batch_size"):
             gbs = inp.raw.value("global_batch_size")

@@ -299,17 +299,15 @@ class MegatronMemory:
                              tuple(problems) + release_problems, environ, suggest, chosen)
 
     def _verdict(self, config, world_size, resolved, settings, problems, environ, suggest, release):
-        from megatron_estimator.api import evaluate, load_input, overheads_from_settings, world_size_for
+        from megatron_estimator.api import Request, Sourced, load_input, overheads_from_settings, verdict_of
 
-        world_size, world_source, world_problems = world_size_for(None, world_size, "world_size argument")
         inp, input_problems = load_input(config, environ=environ, release=release)
-        problems = tuple(problems) + world_problems + tuple(input_problems)
-        # evaluate reports the input's problems with whatever validation finds in the rest.
-        verdict = evaluate(inp, world_size=world_size, world_size_source=world_source,
-                           budget=resolved.bytes, budget_source=resolved.source,
-                           overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, problems=problems,
-                           suggest=suggest)
-        return verdict
+        # verdict_of reports the input's problems with whatever validation finds in the rest.
+        return verdict_of(Request(
+            inp, problems=tuple(problems) + tuple(input_problems),
+            world_size=Sourced(world_size, "world_size argument") if world_size is not None else None,
+            budget=Sourced(resolved.bytes, resolved.source) if resolved.bytes is not None or resolved.source else None,
+            overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, suggest=suggest))
 
     def megatron_release(self, megatron_version: str | None = None, config: Any = None, *,
                          environ: Mapping[str, str] | None = None):

@@ -77,8 +77,8 @@ def test_world_size_bound():
     from megatron_estimator.api import world_size_for
 
     assert MAX_WORLD_SIZE == 16_777_216                         # 2^24
-    assert world_size_for(None, MAX_WORLD_SIZE)[0] == MAX_WORLD_SIZE
-    value, _, [problem] = world_size_for(None, 10 ** 40)
+    assert world_size_for(None, MAX_WORLD_SIZE)[0].value == MAX_WORLD_SIZE
+    value, [problem] = world_size_for(None, 10 ** 40)
     assert value is None and problem.code == "world-size-out-of-range" and "41-digit" in problem.message
 
 

@@ -420,25 +420,27 @@ def test_world_size_precedence_for_a_launch():
     # api.world_size_for is where every front resolves the world size: --world-size over
     # the launcher's nproc-per-node x nnodes (8 x 2 = 16), naming what the launch says.
     from megatron_estimator.api import input_from_launch, world_size_for
+    from megatron_estimator.core.sourced import Sourced
 
     inp, _, _ = input_from_launch("torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py".split(), environ={})
-    assert world_size_for(inp) == (16, "torchrun --nproc-per-node 8 x --nnodes 2", ())
+    assert world_size_for(inp) == (Sourced(16, "torchrun --nproc-per-node 8 x --nnodes 2"), ())
     given = "--world-size {} given to the estimator"
-    assert world_size_for(inp, 16, given.format(16), say_launch=True) == (16, given.format(16), ())
-    assert world_size_for(inp, 32, given.format(32), say_launch=True) == (
+    assert world_size_for(inp, 16, given.format(16), say_launch=True) == (Sourced(16, given.format(16)), ())
+    assert world_size_for(inp, 32, given.format(32), say_launch=True) == (Sourced(
         32, "--world-size 32 given to the estimator (the launch command itself says 16: "
-            "torchrun --nproc-per-node 8 x --nnodes 2)", ())
+            "torchrun --nproc-per-node 8 x --nnodes 2)"), ())
     unknown, _, _ = input_from_launch("mpirun python pretrain_gpt.py".split(), environ={})
-    assert world_size_for(unknown, 4, given.format(4), say_launch=True) == (4, given.format(4), ())
+    assert world_size_for(unknown, 4, given.format(4), say_launch=True) == (Sourced(4, given.format(4)), ())
     assert world_size_for(unknown)[0] is None
 
 
 def test_world_size_from_the_environment_comes_after_the_given_one():
     from megatron_estimator.api import world_size_for
+    from megatron_estimator.core.sourced import Sourced
 
-    assert world_size_for(None, environ={"WORLD_SIZE": "24"}) == (24, "WORLD_SIZE=24 in the environment", ())
-    assert world_size_for(None, 8, environ={"WORLD_SIZE": "24"}) == (8, "--world-size", ())
-    [problem] = world_size_for(None, environ={"WORLD_SIZE": "two"})[2]
+    assert world_size_for(None, environ={"WORLD_SIZE": "24"}) == (Sourced(24, "WORLD_SIZE=24 in the environment"), ())
+    assert world_size_for(None, 8, environ={"WORLD_SIZE": "24"}) == (Sourced(8, "--world-size"), ())
+    [problem] = world_size_for(None, environ={"WORLD_SIZE": "two"})[1]
     assert (problem.code, problem.location) == ("invalid-world-size", "WORLD_SIZE")
 
 

@@ -6,12 +6,14 @@ from typing import Any, Mapping
 
 from megatron_estimator.core.limits import bounded_world_size
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.sourced import Sourced
 
 
 def world_size_for(inp: Any, given: int | None = None, given_source: str | None = None, *,
                    environ: Mapping[str, str] | None = None, say_launch: bool = False, location: str | None = None
-                   ) -> tuple[int | None, str | None, tuple[Problem, ...]]:
-    """The world size to estimate on, where it came from, and any problem with it.
+                   ) -> tuple[Sourced | None, tuple[Problem, ...]]:
+    """The world size to estimate on with where it came from (a ``Sourced``; None: no source
+    gives one), and any problem with it.
 
     The first source that gives one wins: ``given`` (``--world-size``, the ``world_size``
     argument); ``WORLD_SIZE`` in ``environ``, passed only by the fronts whose environment
@@ -25,8 +27,9 @@ def world_size_for(inp: Any, given: int | None = None, given_source: str | None 
     ``invalid-world-size`` problem at ``location`` (default ``given_source``)."""
     if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
         where = location or given_source or "--world-size"
-        return None, None, (Problem("invalid-world-size", where, f"{where} must be a positive integer, not {given!r}"),)
-    return bounded_world_size(*_world_size_from(inp, given, given_source, environ, say_launch))
+        return None, (Problem("invalid-world-size", where, f"{where} must be a positive integer, not {given!r}"),)
+    value, source, problems = bounded_world_size(*_world_size_from(inp, given, given_source, environ, say_launch))
+    return (Sourced(value, source) if value is not None else None), problems
 
 
 def _world_size_from(inp, given, given_source, environ, say_launch):
