@@ -53,3 +53,22 @@ def test_hostile_input_is_one_located_problem(case, tmp_path):
         if line.lstrip().startswith("error: "):
             location = line.split("error: ", 1)[1].split(": ", 1)
             assert len(location) == 2 and location[0].strip(), line      # "error: LOCATION: message"
+
+
+def test_a_log_line_of_repeated_rank_prefixes_is_read_in_linear_time():
+    # Found by the campaign (generate.py --campaign, case log-675): 5,000 copies of a cut report
+    # joined by U+2028 on one line made the memory pattern rescan the line from every "[Rank":
+    # 39 s.  The report name is bounded now; a whole report on the same line still reads.
+    import time
+
+    from megatron_estimator.inputs.megatron_log import parse_megatron_log
+
+    cut = "[Rank 17] (after 10 iterations) memory (MB) | allocated: ~ | max allocated: \u2028"
+    whole = ("[Rank 3] (after 10 iterations) memory (MB) | allocated: 1 | max allocated: 2 | "
+             "reserved: 3 | max reserved: 4\n")
+    start = time.perf_counter()
+    log = parse_megatron_log(cut * 5000 + "\n" + whole, "train.log")
+    assert time.perf_counter() - start < 2.0
+    [report] = log.memory
+    # 1 MB and 4 MB as Megatron prints them (MiB): 1 * 2**20 and 4 * 2**20 bytes
+    assert (report.rank, report.allocated, report.max_reserved) == (3, 1 << 20, 4 << 20)

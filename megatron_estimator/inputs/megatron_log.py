@@ -55,7 +55,7 @@ END = re.compile(r"-{20} end of arguments -{21}\s*$")
 ARGUMENT = re.compile(r"  (?P<name>[A-Za-z_]\w*) (?P<dots>\.*) ?(?P<value>.*)\Z")
 _MIB_FIGURE = r"(-?\d{1,15}(?:\.\d{1,15})?)"   # bounded: a longer figure is no report's
 MEMORY = re.compile(
-    r"\[Rank (?P<rank>\d{1,9})\] (?P<name>.*?) ?memory \(MB\)"
+    r"\[Rank (?P<rank>\d{1,9})\] (?P<name>.{0,200}?) ?memory \(MB\)"   # bounded name: linear on any line
     rf" \| allocated: {_MIB_FIGURE} \| max allocated: {_MIB_FIGURE}"
     rf" \| reserved: {_MIB_FIGURE} \| max reserved: {_MIB_FIGURE}"
     rf"(?: \| total device memory used: {_MIB_FIGURE})?")

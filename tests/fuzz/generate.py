@@ -2,6 +2,8 @@
 
     python tests/fuzz/generate.py            # the seeds tests/test_fuzz.py runs, as JSON
     python tests/fuzz/generate.py --count N  # N random flag mutations more, as JSON
+    python tests/fuzz/generate.py --campaign N [--seed S]  # N random cases over every surface
+                                             # (tests/fuzz/surfaces.py), run in this process
 
 Each case is ``{"name", "argv", "files": {NAME: TEXT}}``: the command line (file names in it
 are relative to a fresh folder holding ``files``).  tests/test_fuzz.py runs every seed in a
@@ -137,7 +139,49 @@ def mutations(count: int, rng: random.Random) -> list[dict]:
     return cases
 
 
+class _Hung(BaseException):
+    """Raised by the alarm in a case that runs too long (BaseException: no handler swallows it)."""
+
+
+def campaign(count: int, seed: int = 30, hang_after: int = 30) -> int:
+    """Run ``count`` cases of tests/fuzz/surfaces.py in this process; print the failures, the
+    count per surface and the slowest cases; exit 1 when any case failed."""
+    import signal
+    import tempfile
+    from collections import Counter
+
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent.parent))
+    import surfaces
+
+    def alarm(_signum, _frame):
+        raise _Hung()
+
+    signal.signal(signal.SIGALRM, alarm)
+    tried, failed, slow = Counter(), [], []
+    for case in surfaces.cases(count, seed):
+        surface = case["name"].split("-")[0]
+        tried[surface] += 1
+        with tempfile.TemporaryDirectory() as folder:
+            signal.alarm(hang_after)
+            try:
+                problem, seconds = surfaces.run_case(case, Path(folder))
+            except _Hung:
+                problem, seconds = f"hung over {hang_after} s", float(hang_after)
+            finally:
+                signal.alarm(0)
+        slow.append((seconds, case["name"]))
+        if problem:
+            failed.append((case["name"], problem))
+            print(f"FAIL {case['name']}: {problem}", file=sys.stderr, flush=True)
+    print(json.dumps({"seed": seed, "tried": dict(tried), "total": sum(tried.values()), "failed": len(failed),
+                      "slowest": sorted(slow, reverse=True)[:5]}, indent=1))
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--campaign":
+        sys.exit(campaign(int(sys.argv[2]), int(sys.argv[4]) if sys.argv[3:4] == ["--seed"] else 30))
     if len(sys.argv) == 3 and sys.argv[1] == "--count":
         json.dump(mutations(int(sys.argv[2]), random.Random(30)), sys.stdout)
     else:
