@@ -21,15 +21,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
+from megatron_estimator.core.argcheck import checked
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
-from megatron_estimator.config.world_size import world_size_for  # noqa: F401  (the fronts' one check)
+from megatron_estimator.config.world_size import world_size_for as _world_size_for
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 # The release a run is checked against (a ChosenRelease; the fronts pass it on as ``release=``),
 # and the one of the Megatron-LM tree a launch script runs.
-from megatron_estimator.inputs.release_choice import choose_megatron_release, launched_tree_release  # noqa: F401
+from megatron_estimator.inputs.release_choice import choose_megatron_release as _choose_release, launched_tree_release  # noqa: F401
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 from megatron_estimator.core.sourced import Sourced
@@ -41,6 +42,10 @@ __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict"
            "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
            "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes", "Request", "verdict_of", "Sourced", "with_options",
            "seed_options"]
+
+# The fronts' one world-size check and release choice, with their arguments checked here.
+world_size_for = checked(_world_size_for)
+choose_megatron_release = checked(_choose_release)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
         return True
 
 
+@checked
 def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                      locations: Sequence[str] | None = None, source: str = "command line",
                      entry_script: str | None = None, entry_location: str = "<command>",
@@ -137,6 +143,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
     return TrainingInput(reading.raw, source=source, release=release), reading.problems
 
 
+@checked
 def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
                      environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -173,6 +180,7 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
             tuple(imported.problems) + tuple(flag_problems))
 
 
+@checked
 def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Sequence[tuple[str, Any]], *,
                  flags: Sequence[str] = (), seed_style: bool = False, environ: Mapping[str, str] | None = None
                  ) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -201,6 +209,7 @@ def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Seque
     return replace(inp, raw=merged, defaults=inp.defaults + defaults), problems
 
 
+@checked
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                       accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
@@ -236,6 +245,7 @@ def _framework_environment(launched: Mapping[str, str | None], inp: TrainingInpu
     return {**launched, **own} if own else dict(launched)
 
 
+@checked
 def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", release: ChosenRelease | str | None = None
                        ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values."""
@@ -259,6 +269,7 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", rel
     return TrainingInput(RawArgs(out, source=source), source=source, release=release), problems.problems
 
 
+@checked
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
                     script_args: Sequence[str] | None = None, world_size_given: bool = False,
                     accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None,
@@ -307,6 +318,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                     launch_location=loaded.launch_location), loaded.problems + flag_problems)
 
 
+@checked
 def input_from_log(path: str | os.PathLike, release: ChosenRelease | str | None = None
                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
@@ -323,6 +335,7 @@ def _log_input(path, release: ChosenRelease) -> tuple[TrainingInput, tuple[Probl
     return inp, log.problems, log
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
@@ -344,6 +357,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         overheads=overheads, environ=environ, suggest=suggest, fits_on=fits_on))
 
 
+@checked
 def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False,
                release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     if isinstance(config, (str, os.PathLike)) and not str(config).startswith("-"):
@@ -355,6 +369,7 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
     raise InvalidInput([Problem("invalid-argument", "config", f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")])
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
              environ: Mapping[str, str] | None = None, overheads=None,
              release: ChosenRelease | str | None = None) -> Estimate:
@@ -385,6 +400,7 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
 # ---------------------------------------------------------------------------------------
 # What every front resolves once, the same way: the budget, the world size, the overheads.
 
+@checked
 def budget_bytes(value: Any, location: str = "budget") -> int:
     """A budget as bytes: an int, or a size (``"80GiB"``, ``"80GB"``, ``"81920MiB"``);
     InvalidInput (``invalid-budget`` at ``location``) when it is neither or not positive.
@@ -464,6 +480,7 @@ def overheads_from_settings(settings: Any, gpu: Any = None):
     )
 
 
+@checked
 def lookup_gpu(name: str, location: str = "--gpu"):
     """The GPU catalog's entry (``megatron.gpus.GpuSpec``) for ``name``; InvalidInput
     (``unknown-gpu`` / ``ambiguous-gpu``) naming ``location``."""
@@ -472,6 +489,7 @@ def lookup_gpu(name: str, location: str = "--gpu"):
     return catalog_lookup(name, location=location)
 
 
+@checked
 def flash_attn_version(text: str) -> tuple[int, ...] | None:
     """``2.7.4.post1`` -> ``(2, 7, 4)``: a flash-attn version as the estimator compares them."""
     from megatron_estimator.core.versions import version_tuple
@@ -479,6 +497,7 @@ def flash_attn_version(text: str) -> tuple[int, ...] | None:
     return version_tuple(text)
 
 
+@checked(path=str | os.PathLike)
 def not_a_training_input(path: str) -> str | None:
     """Why ``check --skip-unknown`` passes over this file, or None to check it (the reader of
     its kind says; a missing or unreadable file is checked and reported, never passed over)."""
@@ -499,6 +518,7 @@ def exec_launch(command: Any) -> None:
 # The planner, wired to the inputs and the normal path
 
 
+@checked
 def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
                hf_config: str | None = None, environ: Mapping[str, str] | None = None,
                release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -528,6 +548,7 @@ def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: st
     return inp, tuple(problems)
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None", space="megatron_estimator.results.plan:SearchSpace | None", progress=Callable | None, clock=Callable | None)
 def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
          budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
          preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
@@ -606,6 +627,7 @@ def search_space(**bounds):
     return SearchSpace(**bounds)
 
 
+@checked(space="megatron_estimator.results.plan:SearchSpace | None")
 def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
                     space=None, environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None):
     """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
@@ -621,6 +643,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
                    environ=job_environ(environ, inp.environment), space=space)
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
 def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
                 budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
                 suggest_settings: bool = False, release: ChosenRelease | str | None = None):
@@ -674,6 +697,7 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))
 
 
+@checked
 def megatron_release_label(text: str) -> tuple[str, str]:
     """``(label, warning)`` of the supported Megatron release ``text`` names (``0.16``, ``main``,
     ``0.18.0rc0``); ``ValueError`` naming the supported releases otherwise."""
