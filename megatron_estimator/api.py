@@ -369,7 +369,8 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
     raise InvalidInput([Problem("invalid-argument", "config", f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")])
 
 
-@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
+# world_size and budget: any value, checked with the configuration's problems (all at once)
+@checked(world_size=Any, budget=Any, overheads="megatron_estimator.model.overhead:Overheads | None")
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
              environ: Mapping[str, str] | None = None, overheads=None,
              release: ChosenRelease | str | None = None) -> Estimate:

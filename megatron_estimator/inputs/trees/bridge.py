@@ -114,15 +114,19 @@ def load_bridge_yaml(path: str, text: str, overrides: Sequence[tuple[str, str]] 
                                     f"a Megatron-Bridge config is a mapping of sections, not {describe_value(doc.root.value)}"))
             continue
         where.update(located_leaves(doc.root, name))
-        layers.append(OmegaConf.create(doc.root.value))
+        try:    # OmegaConf parses every ${...} as it builds the tree (its grammar recurses)
+            layers.append(OmegaConf.create(doc.root.value))
+        except (OmegaConfBaseException, RecursionError) as error:
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            problems.append(Problem("interpolation", name, f"OmegaConf cannot read it: {message}"))
     if problems or not layers:
         return BridgeLoad(RawArgs({}, path), tuple(problems))
     try:
         merged = OmegaConf.merge(*layers)
         problems.extend(_apply_overrides(merged, overrides, where))
         tree = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as error:
-        message = str(error).splitlines()[0]
+    except (OmegaConfBaseException, RecursionError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
         return BridgeLoad(RawArgs({}, path), (*problems, Problem("interpolation", path, f"OmegaConf: {message}")))
     mapper = _Mapper(path, where, release)
     mapper.read(tree)

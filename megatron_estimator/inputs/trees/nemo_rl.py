@@ -85,6 +85,16 @@ def _merge(base, child):
     return OmegaConf.merge(base, child)
 
 
+def _checked_merge(base, child, path: str):
+    """``_merge``, its OmegaConf errors (an interpolation read while merging) a ``TreeError``."""
+    try:
+        return _merge(base, child)
+    except (TreeError, RecursionError):
+        raise
+    except Exception as error:          # OmegaConf's own errors
+        raise TreeError(path, f"cannot be merged with its defaults: {str(error).splitlines()[0]}") from None
+
+
 def load_with_inheritance(path: str, files: list[str], depth: int = 0):
     """nemo_rl/utils/config.py load_config_with_inheritance, reading through the bounded reader;
     ``files`` gets every file read (the child last)."""
@@ -101,15 +111,18 @@ def load_with_inheritance(path: str, files: list[str], depth: int = 0):
     if not isinstance(config, DictConfig):
         raise TreeError(path, "not a mapping (NeMo-RL configs are dictionaries)")
     if "defaults" in config:
-        defaults = config.pop("defaults")
-        defaults = [str(defaults)] if not isinstance(defaults, ListConfig) else [str(d) for d in defaults]
+        try:    # str() resolves an interpolation, as NeMo-RL's own loader does
+            defaults = config.pop("defaults")
+            defaults = [str(defaults)] if not isinstance(defaults, ListConfig) else [str(d) for d in defaults]
+        except Exception as error:      # OmegaConf's errors: an interpolation that does not resolve
+            raise TreeError(f"{path} defaults", f"cannot be read: {str(error).splitlines()[0]}") from None
         base = OmegaConf.create({})
         for default in defaults:
             parent = default if os.path.isabs(default) else os.path.join(os.path.dirname(path), default)
             if not os.path.isfile(parent):
                 raise TreeError(f"{path} defaults", f"names {default}, which is not a file ({parent})")
-            base = _merge(base, load_with_inheritance(parent, files, depth + 1))
-        config = _merge(base, config)
+            base = _checked_merge(base, load_with_inheritance(parent, files, depth + 1), path)
+        config = _checked_merge(base, config, path)
     files.append(path)
     return config
 
