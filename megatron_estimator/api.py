@@ -44,7 +44,7 @@ __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict"
            "seed_options"]
 
 # The fronts' one world-size check and release choice, with their arguments checked here.
-world_size_for = checked(_world_size_for)
+world_size_for = checked(_world_size_for, inp="megatron_estimator.api:TrainingInput | None")
 choose_megatron_release = checked(_choose_release)
 
 
@@ -74,8 +74,12 @@ def _release(release: ChosenRelease | str | None) -> ChosenRelease:
     """A ``release=`` argument: a ``ChosenRelease``, a version (``"0.16"``), or None (main)."""
     if release is None or isinstance(release, ChosenRelease):
         return release or DEFAULT_RELEASE
-    from megatron_estimator.megatron.releases import release_of
-    return release_of(release, "release argument")
+    from megatron_estimator.megatron.releases import UnknownRelease, release_of
+
+    try:
+        return release_of(release, "release argument")
+    except UnknownRelease as error:
+        raise InvalidInput([Problem("unknown-megatron-version", "release", str(error))]) from None
 
 
 def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
@@ -161,6 +165,8 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     else:
         from megatron_estimator.inputs.presets import load_preset
 
+        if model is None:
+            raise InvalidInput([Problem("missing-argument", "model", "give model= (a preset name) or hf_config=")])
         imported = load_preset(model, release.version)
         label = f"--model {model}"
     flag_input, flag_problems = input_from_flags(flags, environ=environ, release=release) if flags else (
@@ -283,9 +289,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     in it prints; None: not known); ``accept_flags`` as for ``input_from_flags``."""
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
-    from megatron_estimator.core.resources import path_string
+    from megatron_estimator.core.resources import path_string, path_trouble, shown_path
 
-    name, release = str(path), _release(release)
+    name, release = shown_path(path), _release(release)
+    trouble = path_trouble(path)
+    if trouble is not None:     # empty, a NUL byte, not encodable, too long
+        return TrainingInput(RawArgs(), source=name, release=release), (Problem("bad-path", name, trouble),)
     if not os.path.exists(path_string(path)):
         return TrainingInput(RawArgs(), source=name, release=release), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)

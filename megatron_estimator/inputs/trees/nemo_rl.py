@@ -95,6 +95,11 @@ def _checked_merge(base, child, path: str):
         raise TreeError(path, f"cannot be merged with its defaults: {str(error).splitlines()[0]}") from None
 
 
+# Files read for one config, counted with repeats (README.md "Limits"): NeMo-RL reads a default
+# once per path that inherits it, so eight defaults of eight defaults... grow exponentially.
+MAX_FILES = 64
+
+
 def load_with_inheritance(path: str, files: list[str], depth: int = 0):
     """nemo_rl/utils/config.py load_config_with_inheritance, reading through the bounded reader;
     ``files`` gets every file read (the child last)."""
@@ -102,6 +107,9 @@ def load_with_inheritance(path: str, files: list[str], depth: int = 0):
 
     if depth > 32:
         raise TreeError(f"{path} defaults", "defaults: inherit in a circle")
+    if len(files) >= MAX_FILES:     # a file inherited along many paths is read once per path
+        raise TreeError(f"{path} defaults", f"defaults: the inheritance reads more than {MAX_FILES} files "
+                        "in all (a file inherited along many paths), the limit of what this tool follows")
     try:
         config = OmegaConf.create(read_input_text(path, "yaml"))
     except OSError as error:
