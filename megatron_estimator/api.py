@@ -35,7 +35,7 @@ from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_S
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 from megatron_estimator.core.sourced import Sourced
 # One request, one way from input to verdict (request.py); suggest_changes re-estimates through it.
-from megatron_estimator.request import Request, job_environ, suggest_changes, verdict_of  # noqa: F401
+from megatron_estimator.request import Request, job_environ, suggest_changes as _suggest_changes, verdict_of as _verdict_of
 
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
            "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
@@ -46,6 +46,9 @@ __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict"
 # The fronts' one world-size check and release choice, with their arguments checked here.
 world_size_for = checked(_world_size_for, inp="megatron_estimator.api:TrainingInput | None")
 choose_megatron_release = checked(_choose_release)
+verdict_of = checked(_verdict_of)
+suggest_changes = checked(_suggest_changes, inp="megatron_estimator.api:TrainingInput", refused=Estimate,
+                          overheads="megatron_estimator.model.overhead:Overheads | None")
 
 
 @dataclass(frozen=True)
@@ -416,6 +419,7 @@ def budget_bytes(value: Any, location: str = "budget") -> int:
     InvalidInput (``invalid-budget`` at ``location``) when it is neither or not positive.
     The API's ``budget=``, the pytest plugin's sources and the planner all read budgets here;
     the settings (``settings.py``) read theirs as a byte-size setting with the same units."""
+    location = location.strip() or "budget"     # a problem is never unlocated
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
             raise InvalidInput([Problem("invalid-budget", location, f"budget {value} bytes must be positive")])
@@ -496,7 +500,7 @@ def lookup_gpu(name: str, location: str = "--gpu"):
     (``unknown-gpu`` / ``ambiguous-gpu``) naming ``location``."""
     from megatron_estimator.megatron.gpus import lookup_gpu as catalog_lookup
 
-    return catalog_lookup(name, location=location)
+    return catalog_lookup(name, location=location.strip() or "--gpu")     # a problem is never unlocated
 
 
 @checked

@@ -57,8 +57,8 @@ class ShellBudget:
         """Count the characters of one sourced file to parse; the sentence past the bound."""
         self.sourced += chars
         if self.sourced > self.MAX_SOURCED:
-            return (f"the script sources more than {self.MAX_SOURCED >> 20} MiB of shell text in all, the limit "
-                    "of what this tool follows")
+            return (f"the script sources more than {self.MAX_SOURCED:,} characters of shell text in all, the "
+                    "limit of what this tool follows")
         return None
 
     def size(self, parts, what: str) -> str | None:
