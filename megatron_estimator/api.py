@@ -175,9 +175,10 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     flag_input, flag_problems = input_from_flags(flags, environ=environ, release=release) if flags else (
         TrainingInput(RawArgs(), source="command line"), ())
     raw = imported.raw.merged(flag_input.raw) if flag_input.raw.settings else imported.raw
-    if imported.problems:
-        # The architecture could not be read: the flags alone would only add follow-on problems
-        # (--num-layers is required, ...), so the import's own problems are the whole answer.
+    if imported.problems or (flag_problems and not flag_input.raw.settings and "--yaml-cfg" in flag_input.source):
+        # The architecture (or the --yaml-cfg that replaces the flags) could not be read: the
+        # rest would only add follow-on problems (--num-layers is required, ...), so the
+        # reading's own problems are the whole answer.
         raw = RawArgs({}, imported.source)
     overridden = sorted(set(imported.raw.settings) & set(flag_input.raw.settings))
     notes = [f"{label} supplies: {imported.command_line()}"] if imported.flags else []
@@ -671,10 +672,10 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     from megatron_estimator.model.overhead import Overheads, communicators
     from megatron_estimator.results import comparison
 
-    from megatron_estimator.core.resources import path_string
+    from megatron_estimator.core.resources import path_string, path_trouble, shown_path
 
-    name = str(path)
-    if not os.path.exists(path_string(path)):
+    name = shown_path(path)
+    if path_trouble(path) is None and not os.path.exists(path_string(path)):
         verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
         return comparison.LogComparison(name, verdict)
     inp, problems, log = _log_input(path, _release(release))

@@ -143,3 +143,28 @@ def test_collecting_problems_is_linear(monkeypatch):
     collector.add("bad", "train.log:1", "not an arguments line")        # a duplicate: dropped
     assert len(collector) == 10_000 and collector.problems[0].location == "train.log:1"
     assert compared[0] < 100
+
+
+_EST = ["estimate", "--model", "llama3-8b", "--gpu", "h100", "--"]
+
+
+@pytest.mark.parametrize("path", ["a\x00b.yaml", "\ud800.yaml", "", "x" * 300],
+                         ids=["nul", "surrogate", "empty", "long"])
+@pytest.mark.parametrize("argv", [_EST + ["--seq-length", "128", "--yaml-cfg"], ["check"], ["compare"],
+                                  ["estimate", "--gpu", "h100", "--hf-config"]],
+                         ids=["yaml-cfg", "check", "compare", "hf-config"])
+def test_a_path_no_file_can_have_is_one_located_problem(argv, path, tmp_path, monkeypatch, capsys):
+    # A NUL byte or a lone surrogate cannot come through a real command line (the campaign
+    # calls main() in-process, as the API and a settings file can): one error line, exit 2.
+    from megatron_estimator.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(argv + [path])
+    out = capsys.readouterr()
+    # "  error: LOCATION: message", or a usage error "megatron-estimator CMD: error: ..." (an
+    # empty --hf-config or log is no argument at all)
+    errors = [line for line in (out.out + out.err).splitlines() if "error: " in line]
+    assert code == 2 and len(errors) == 1, out
+    location = errors[0].split("error: ", 1)[1].split(": ", 1)[0] if errors[0].lstrip().startswith("error: ") \
+        else errors[0].split(": error: ", 1)[0]
+    assert location.strip() and "\x00" not in errors[0], errors
