@@ -21,26 +21,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
+from megatron_estimator.core.argcheck import checked
 from megatron_estimator.core.problems import InvalidInput, Problem, ProblemCollector
-from megatron_estimator.config.world_size import world_size_for  # noqa: F401  (the fronts' one check)
+from megatron_estimator.config.world_size import world_size_for as _world_size_for
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 from megatron_estimator.megatron.releases import DEFAULT_RELEASE, ChosenRelease
 # The release a run is checked against (a ChosenRelease; the fronts pass it on as ``release=``),
 # and the one of the Megatron-LM tree a launch script runs.
-from megatron_estimator.inputs.release_choice import choose_megatron_release, launched_tree_release  # noqa: F401
+from megatron_estimator.inputs.release_choice import choose_megatron_release as _choose_release, launched_tree_release  # noqa: F401
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE, option_table as seed_options
 from megatron_estimator.results.estimate import Assumption, Estimate, StageEstimate, Verdict
 from megatron_estimator.core.sourced import Sourced
 # One request, one way from input to verdict (request.py); suggest_changes re-estimates through it.
-from megatron_estimator.request import Request, job_environ, suggest_changes, verdict_of  # noqa: F401
+from megatron_estimator.request import Request, job_environ, suggest_changes as _suggest_changes, verdict_of as _verdict_of
 
 __all__ = ["TrainingInput", "Assumption", "Estimate", "StageEstimate", "Verdict", "InvalidInput", "Problem", "estimate", "evaluate",
            "load_input", "input_from_flags", "input_from_model", "input_from_launch", "input_from_mapping",
            "input_from_file", "budget_bytes", "world_size_for", "overheads_from_settings", "lookup_gpu",
            "flash_attn_version", "not_a_training_input", "exec_launch", "suggest_changes", "Request", "verdict_of", "Sourced", "with_options",
            "seed_options"]
+
+# The fronts' one world-size check and release choice, with their arguments checked here.
+world_size_for = checked(_world_size_for, inp="megatron_estimator.api:TrainingInput | None")
+choose_megatron_release = checked(_choose_release)
+verdict_of = checked(_verdict_of)
+suggest_changes = checked(_suggest_changes, inp="megatron_estimator.api:TrainingInput", refused=Estimate,
+                          overheads="megatron_estimator.model.overhead:Overheads | None")
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,12 @@ def _release(release: ChosenRelease | str | None) -> ChosenRelease:
     """A ``release=`` argument: a ``ChosenRelease``, a version (``"0.16"``), or None (main)."""
     if release is None or isinstance(release, ChosenRelease):
         return release or DEFAULT_RELEASE
-    from megatron_estimator.megatron.releases import release_of
-    return release_of(release, "release argument")
+    from megatron_estimator.megatron.releases import UnknownRelease, release_of
+
+    try:
+        return release_of(release, "release argument")
+    except UnknownRelease as error:
+        raise InvalidInput([Problem("unknown-megatron-version", "release", str(error))]) from None
 
 
 def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
@@ -81,6 +93,7 @@ def _mentions_yaml_cfg(argv: Sequence[str]) -> bool:
         return True
 
 
+@checked
 def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                      locations: Sequence[str] | None = None, source: str = "command line",
                      entry_script: str | None = None, entry_location: str = "<command>",
@@ -137,6 +150,7 @@ def input_from_flags(argv: Sequence[str], *, environ: Mapping[str, str] | None =
     return TrainingInput(reading.raw, source=source, release=release), reading.problems
 
 
+@checked
 def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, model: str | None = None,
                      environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None
                      ) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -154,14 +168,17 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
     else:
         from megatron_estimator.inputs.presets import load_preset
 
+        if model is None:
+            raise InvalidInput([Problem("missing-argument", "model", "give model= (a preset name) or hf_config=")])
         imported = load_preset(model, release.version)
         label = f"--model {model}"
     flag_input, flag_problems = input_from_flags(flags, environ=environ, release=release) if flags else (
         TrainingInput(RawArgs(), source="command line"), ())
     raw = imported.raw.merged(flag_input.raw) if flag_input.raw.settings else imported.raw
-    if imported.problems:
-        # The architecture could not be read: the flags alone would only add follow-on problems
-        # (--num-layers is required, ...), so the import's own problems are the whole answer.
+    if imported.problems or (flag_problems and not flag_input.raw.settings and "--yaml-cfg" in flag_input.source):
+        # The architecture (or the --yaml-cfg that replaces the flags) could not be read: the
+        # rest would only add follow-on problems (--num-layers is required, ...), so the
+        # reading's own problems are the whole answer.
         raw = RawArgs({}, imported.source)
     overridden = sorted(set(imported.raw.settings) & set(flag_input.raw.settings))
     notes = [f"{label} supplies: {imported.command_line()}"] if imported.flags else []
@@ -173,6 +190,7 @@ def input_from_model(flags: Sequence[str], *, hf_config: str | None = None, mode
             tuple(imported.problems) + tuple(flag_problems))
 
 
+@checked
 def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Sequence[tuple[str, Any]], *,
                  flags: Sequence[str] = (), seed_style: bool = False, environ: Mapping[str, str] | None = None
                  ) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -201,6 +219,7 @@ def with_options(inp: TrainingInput, problems: Sequence[Problem], options: Seque
     return replace(inp, raw=merged, defaults=inp.defaults + defaults), problems
 
 
+@checked
 def input_from_launch(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
                       accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None
                       ) -> tuple[TrainingInput, tuple[Problem, ...], Any]:
@@ -236,6 +255,7 @@ def _framework_environment(launched: Mapping[str, str | None], inp: TrainingInpu
     return {**launched, **own} if own else dict(launched)
 
 
+@checked
 def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", release: ChosenRelease | str | None = None
                        ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A mapping of Megatron dests (``num_layers``) or flags (``--num-layers``) to values."""
@@ -259,6 +279,7 @@ def input_from_mapping(settings: Mapping[str, Any], source: str = "mapping", rel
     return TrainingInput(RawArgs(out, source=source), source=source, release=release), problems.problems
 
 
+@checked
 def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | None = None,
                     script_args: Sequence[str] | None = None, world_size_given: bool = False,
                     accept_flags: Sequence[str] = (), release: ChosenRelease | str | None = None,
@@ -272,9 +293,12 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
     in it prints; None: not known); ``accept_flags`` as for ``input_from_flags``."""
     from megatron_estimator.inputs.registry import ReadOptions, read_file
 
-    from megatron_estimator.core.resources import path_string
+    from megatron_estimator.core.resources import path_string, path_trouble, shown_path
 
-    name, release = str(path), _release(release)
+    name, release = shown_path(path), _release(release)
+    trouble = path_trouble(path)
+    if trouble is not None:     # empty, a NUL byte, not encodable, too long
+        return TrainingInput(RawArgs(), source=name, release=release), (Problem("bad-path", name, trouble),)
     if not os.path.exists(path_string(path)):
         return TrainingInput(RawArgs(), source=name, release=release), (Problem("file-not-found", name, "no such file"),)
     env = dict(os.environ if environ is None else environ)
@@ -307,6 +331,7 @@ def input_from_file(path: str | os.PathLike, *, environ: Mapping[str, str] | Non
                     launch_location=loaded.launch_location), loaded.problems + flag_problems)
 
 
+@checked
 def input_from_log(path: str | os.PathLike, release: ChosenRelease | str | None = None
                    ) -> tuple[TrainingInput, tuple[Problem, ...]]:
     """A Megatron training log: the arguments block rank 0 printed (inputs/megatron_log.py)."""
@@ -323,6 +348,7 @@ def _log_input(path, release: ChosenRelease) -> tuple[TrainingInput, tuple[Probl
     return inp, log.problems, log
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
 def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_source: str | None = None,
              budget: int | None = None, budget_source: str | None = None, overheads=None,
              environ: Mapping[str, str] | None = None, problems: Sequence[Problem] = (),
@@ -344,6 +370,7 @@ def evaluate(inp: TrainingInput, *, world_size: int | None = None, world_size_so
         overheads=overheads, environ=environ, suggest=suggest, fits_on=fits_on))
 
 
+@checked
 def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_size_given: bool = False,
                release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
     if isinstance(config, (str, os.PathLike)) and not str(config).startswith("-"):
@@ -355,6 +382,8 @@ def load_input(config: Any, *, environ: Mapping[str, str] | None = None, world_s
     raise InvalidInput([Problem("invalid-argument", "config", f"config must be a list of Megatron flags, a path or a mapping, not {type(config).__name__}")])
 
 
+# world_size and budget: any value, checked with the configuration's problems (all at once)
+@checked(world_size=Any, budget=Any, overheads="megatron_estimator.model.overhead:Overheads | None")
 def estimate(config: Any, world_size: int | None = None, budget: int | str | None = None, *,
              environ: Mapping[str, str] | None = None, overheads=None,
              release: ChosenRelease | str | None = None) -> Estimate:
@@ -385,11 +414,13 @@ def estimate(config: Any, world_size: int | None = None, budget: int | str | Non
 # ---------------------------------------------------------------------------------------
 # What every front resolves once, the same way: the budget, the world size, the overheads.
 
+@checked
 def budget_bytes(value: Any, location: str = "budget") -> int:
     """A budget as bytes: an int, or a size (``"80GiB"``, ``"80GB"``, ``"81920MiB"``);
     InvalidInput (``invalid-budget`` at ``location``) when it is neither or not positive.
     The API's ``budget=``, the pytest plugin's sources and the planner all read budgets here;
     the settings (``settings.py``) read theirs as a byte-size setting with the same units."""
+    location = location.strip() or "budget"     # a problem is never unlocated
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
             raise InvalidInput([Problem("invalid-budget", location, f"budget {value} bytes must be positive")])
@@ -464,14 +495,16 @@ def overheads_from_settings(settings: Any, gpu: Any = None):
     )
 
 
+@checked
 def lookup_gpu(name: str, location: str = "--gpu"):
     """The GPU catalog's entry (``megatron.gpus.GpuSpec``) for ``name``; InvalidInput
     (``unknown-gpu`` / ``ambiguous-gpu``) naming ``location``."""
     from megatron_estimator.megatron.gpus import lookup_gpu as catalog_lookup
 
-    return catalog_lookup(name, location=location)
+    return catalog_lookup(name, location=location.strip() or "--gpu")     # a problem is never unlocated
 
 
+@checked
 def flash_attn_version(text: str) -> tuple[int, ...] | None:
     """``2.7.4.post1`` -> ``(2, 7, 4)``: a flash-attn version as the estimator compares them."""
     from megatron_estimator.core.versions import version_tuple
@@ -479,6 +512,7 @@ def flash_attn_version(text: str) -> tuple[int, ...] | None:
     return version_tuple(text)
 
 
+@checked(path=str | os.PathLike)
 def not_a_training_input(path: str) -> str | None:
     """Why ``check --skip-unknown`` passes over this file, or None to check it (the reader of
     its kind says; a missing or unreadable file is checked and reported, never passed over)."""
@@ -499,6 +533,7 @@ def exec_launch(command: Any) -> None:
 # The planner, wired to the inputs and the normal path
 
 
+@checked
 def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: str | None = None,
                hf_config: str | None = None, environ: Mapping[str, str] | None = None,
                release: ChosenRelease | str | None = None) -> tuple[TrainingInput, tuple[Problem, ...]]:
@@ -528,6 +563,7 @@ def plan_input(model: Any = None, *, extra_flags: Sequence[str] = (), preset: st
     return inp, tuple(problems)
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None", space="megatron_estimator.results.plan:SearchSpace | None", progress=Callable | None, clock=Callable | None)
 def plan(model: Any = None, *, world_size: int, global_batch_size: int, budget: int | str | None = None,
          budget_source: str | None = None, gpu: str | None = None, extra_flags: Sequence[str] = (),
          preset: str | None = None, hf_config: str | None = None, top: int | None = 10,
@@ -606,6 +642,7 @@ def search_space(**bounds):
     return SearchSpace(**bounds)
 
 
+@checked(space="megatron_estimator.results.plan:SearchSpace | None")
 def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extra_flags: Sequence[str] = (),
                     space=None, environ: Mapping[str, str] | None = None, release: ChosenRelease | str | None = None):
     """Every layout ``plan`` searches, as the planned settings (dest -> value) of each
@@ -621,6 +658,7 @@ def planned_layouts(model: Any, *, world_size: int, global_batch_size: int, extr
                    environ=job_environ(environ, inp.environment), space=space)
 
 
+@checked(overheads="megatron_estimator.model.overhead:Overheads | None")
 def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budget: int | None = None,
                 budget_source: str | None = None, overheads=None, environ: Mapping[str, str] | None = None,
                 suggest_settings: bool = False, release: ChosenRelease | str | None = None):
@@ -634,10 +672,10 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     from megatron_estimator.model.overhead import Overheads, communicators
     from megatron_estimator.results import comparison
 
-    from megatron_estimator.core.resources import path_string
+    from megatron_estimator.core.resources import path_string, path_trouble, shown_path
 
-    name = str(path)
-    if not os.path.exists(path_string(path)):
+    name = shown_path(path)
+    if path_trouble(path) is None and not os.path.exists(path_string(path)):
         verdict = Verdict(name, problems=(Problem("file-not-found", name, "no such file"),))
         return comparison.LogComparison(name, verdict)
     inp, problems, log = _log_input(path, _release(release))
@@ -674,6 +712,7 @@ def compare_log(path: str | os.PathLike, *, world_size: int | None = None, budge
     return comparison.LogComparison(name, verdict, ranks, ooms, suggested, tuple(notes))
 
 
+@checked
 def megatron_release_label(text: str) -> tuple[str, str]:
     """``(label, warning)`` of the supported Megatron release ``text`` names (``0.16``, ``main``,
     ``0.18.0rc0``); ``ValueError`` naming the supported releases otherwise."""

@@ -267,6 +267,24 @@ def megatron_memory(request: pytest.FixtureRequest, megatron_gpu) -> "MegatronMe
     return MegatronMemory(request.config, marker_source)
 
 
+def _checked(method):
+    """``core/argcheck.checked`` on a fixture method, imported at its first call (start-up
+    imports only pytest): a wrong argument type is ``InvalidInput`` naming the parameter."""
+    import functools
+
+    real = []
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        __tracebackhide__ = True
+        if not real:
+            from megatron_estimator.core.argcheck import checked
+
+            real.append(checked(method))
+        return real[0](*args, **kwargs)
+    return call
+
+
 class MegatronMemory:
     """What the ``megatron_memory`` fixture gives a test; see the module docstring."""
 
@@ -278,6 +296,7 @@ class MegatronMemory:
         gpu = f" for {self._marker_source.gpu.name}" if self._marker_source is not None else ""
         return f"<megatron_memory fixture{gpu}>"
 
+    @_checked
     def budget(self, budget: int | str | None = None, *, environ: Mapping[str, str] | None = None) -> Budget:
         """The budget a call with this ``budget`` argument would use, and where it comes from."""
         __tracebackhide__ = True
@@ -286,6 +305,7 @@ class MegatronMemory:
             pytest.fail(_problem_text("megatron-estimator settings", problems), pytrace=False)
         return resolved
 
+    @_checked
     def verdict(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                 environ: Mapping[str, str] | None = None, suggest: bool = False,
                 megatron_version: str | None = None):
@@ -309,6 +329,7 @@ class MegatronMemory:
             budget=Sourced(resolved.bytes, resolved.source) if resolved.bytes is not None or resolved.source else None,
             overheads=overheads_from_settings(settings, resolved.gpu), environ=environ, suggest=suggest))
 
+    @_checked
     def megatron_release(self, megatron_version: str | None = None, config: Any = None, *,
                          environ: Mapping[str, str] | None = None):
         """The Megatron-LM release (a ``ChosenRelease``: ``version``, ``source``, ``warning``) a
@@ -321,6 +342,7 @@ class MegatronMemory:
                         pytrace=False)
         return chosen
 
+    @_checked
     def estimate(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                  environ: Mapping[str, str] | None = None, megatron_version: str | None = None):
         """The ``megatron_estimator.results.estimate.Estimate``; invalid input fails the test, listing every problem."""
@@ -330,6 +352,7 @@ class MegatronMemory:
             pytest.fail(_invalid_text(verdict), pytrace=False)
         return verdict.estimate
 
+    @_checked
     def assert_fits(self, config: Any, world_size: int | None = None, budget: int | str | None = None, *,
                     environ: Mapping[str, str] | None = None, megatron_version: str | None = None):
         """Fail the test unless every pipeline stage fits the budget; returns the Estimate."""

@@ -60,15 +60,15 @@ class ProblemCollector:
 
     def __init__(self) -> None:
         self._problems: list[Problem] = []
+        self._seen: set[Problem] = set()    # linear in the problems (a log of 10,000 bad lines)
 
     def add(self, code: str, location: str, message: str) -> None:
-        problem = Problem(code, location, message)
-        if problem not in self._problems:
-            self._problems.append(problem)
+        self.extend((Problem(code, location, message),))
 
     def extend(self, problems: Iterable[Problem]) -> None:
         for problem in problems:
-            if problem not in self._problems:
+            if problem not in self._seen:
+                self._seen.add(problem)
                 self._problems.append(problem)
 
     def __bool__(self) -> bool:

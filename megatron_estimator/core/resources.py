@@ -148,6 +148,35 @@ def special_file(path) -> str | None:
     return f"{_describe_mode(mode)}, not a regular file: give a file"
 
 
+def shown_path(path) -> str:
+    """A file name as a location: itself, or quoted (``": x"``, ``""``) when it is empty, holds
+    ``": "`` or starts or ends with a space, so ``FILE: message`` still reads as one location."""
+    name = os.fspath(path)
+    name = os.fsdecode(name) if isinstance(name, bytes) else name
+    if name and ": " not in name and name == name.strip():
+        return name
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def path_trouble(path) -> str | None:
+    """Why ``path`` cannot name a file at all (empty, a NUL byte, not encodable, too long), in
+    words; None when it can.  The readers refuse such a path with this sentence (an
+    ``InputFileError``), never with the ``ValueError`` the system call would raise."""
+    name = os.fspath(path)
+    if isinstance(name, str):
+        try:
+            name = os.fsencode(name)
+        except UnicodeEncodeError:
+            return "the path is not valid text for a file name (an unpaired surrogate): give a file"
+    if not name:
+        return "the path is empty: give a file"
+    if b"\0" in name:
+        return "the path holds a NUL byte, which no file name can: give a file"
+    if len(name) > 4095 or any(len(part) > 255 for part in name.split(b"/")):
+        return "the path is longer than a file name may be (4095 bytes, 255 a part): give a file"
+    return None
+
+
 def read_input_bytes(path, kind: str, *, head: int | None = None) -> bytes:
     """The bytes of ``path`` (``-``: standard input), at most the cap of ``kind``; ``head``:
     only the first ``head`` bytes, and no error for a longer file.  Raises ``InputFileError``
@@ -164,6 +193,9 @@ def read_input_bytes(path, kind: str, *, head: int | None = None) -> bytes:
 
         data = sys.stdin.buffer.read(want)
     else:
+        trouble = path_trouble(name)
+        if trouble is not None:
+            raise InputFileError(trouble, "bad-path")
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         try:
             mode = os.fstat(fd).st_mode

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron_estimator.core.problems import Problem, ProblemCollector
-from megatron_estimator.core.resources import read_input_text
+from megatron_estimator.core.resources import read_input_text, shown_path
 from megatron_estimator.core.units import GiB, KiB, MiB
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
 
@@ -159,7 +159,7 @@ def _split_prefix(line: str) -> tuple[str | None, int | None, str]:
 
 def read_megatron_log(path: str | Path, release: str = "main") -> MegatronLog:
     """The log at ``path`` (``parse_megatron_log``), its arguments read by release ``release``'s flags."""
-    name = str(path)
+    name = shown_path(path)
     try:
         text = read_input_text(path, "log", errors="replace")
     except OSError as err:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import yaml
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.core.resources import path_string, read_input_text
+from megatron_estimator.core.resources import path_string, path_trouble, read_input_text, shown_path
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -59,9 +59,9 @@ def key_location(path: str, line: int, key_path: str = "") -> str:
 
 def load_yaml_with_lines(path: str | os.PathLike) -> YamlDocument:
     """Read and parse ``path``; unreadable files are a problem, never an exception."""
-    name = str(path)
+    name = shown_path(path)
     try:
-        text = read_input_text(path_string(path), "yaml")    # Path(path).read_text(), bounded
+        text = read_input_text(path, "yaml") if path_trouble(path) else read_input_text(path_string(path), "yaml")    # Path(path).read_text(), bounded
     except FileNotFoundError:
         return YamlDocument(name, None, (Problem("file-not-found", name, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:

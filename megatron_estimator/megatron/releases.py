@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from megatron_estimator.core.problems import InvalidInput, Problem
 from megatron_estimator.core.resources import read_data_text, read_input_text
 
 RELEASES_FILE = "megatron_releases.tsv"
@@ -55,8 +56,16 @@ class ChosenRelease:
         return out
 
 
-class UnknownRelease(ValueError):
-    """A version string that names no supported release."""
+class UnknownRelease(InvalidInput, ValueError):
+    """A version string that names no supported release: a ``ValueError`` whose text is the
+    sentence, and an ``InvalidInput`` (one problem at ``location``) for the API's callers."""
+
+    def __init__(self, message: str, location: str = "megatron version"):
+        super().__init__([Problem("unknown-megatron-version", location, message)])
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @cache

@@ -124,8 +124,43 @@ def _settings_cases() -> list[dict]:
              "files": {"megatron-estimator.toml": text}} for name, text in texts.items()]
 
 
+def _campaign_cases() -> list[dict]:
+    """The smallest reproducer of each class the campaigns (surfaces.py) found and fixed."""
+    bridge = ("model:\n  num_layers: 2\n  hidden_size: 256\n  num_attention_heads: 4\n  seq_length: 512\n"
+              "  tensor_model_parallel_size: 1\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 8\n")
+    nemo = ("policy:\n  model_name: model\n  train_global_batch_size: 16\n  train_micro_batch_size: 2\n"
+            "  megatron_cfg:\n    enabled: true\n    tensor_model_parallel_size: 1\ncluster:\n  num_nodes: 1\n"
+            "  gpus_per_node: 4\n")
+    fan = {f"b{i}.yaml": f"defaults: [{', '.join([f'b{i + 1}.yaml'] * 8)}]\npolicy:\n  x{i}: {i}\n" for i in range(4)}
+    big = "".join("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2\n" for _ in range(5000))
+    log = ("------------------------ arguments ------------------------\n"
+           + "".join(f"  bad line {i}\n" for i in range(10_000)))
+    yaml_cfg = ["estimate", *EST, "--", "--seq-length", "128", "--micro-batch-size", "1", "--yaml-cfg"]
+    return [
+        # a --yaml-cfg path that is empty, holds ": ", is too long or is not UTF-8: one located problem
+        {"name": "path-yaml-cfg-empty", "argv": yaml_cfg + [""], "files": {}},
+        {"name": "path-yaml-cfg-colon", "argv": yaml_cfg + [": x"], "files": {}},
+        {"name": "path-yaml-cfg-long", "argv": yaml_cfg + ["x" * 300], "files": {}},
+        {"name": "path-yaml-cfg-not-utf8", "argv": yaml_cfg + ["\udcff.yaml"], "files": {}},
+        {"name": "path-check-long", "argv": ["check", "x" * 5000], "files": {}},
+        # a script sourcing itself re-parsed its 300 KB on each of 16 levels (19 s)
+        {"name": "shell-self-source", "argv": ["check", "train.sh"],
+         "files": {"train.sh": "#!/bin/bash\n. ./train.sh\n" + big}},
+        # OmegaConf's errors while building or merging a tree, and defaults fanned out 8^4 ways
+        {"name": "tree-bridge-bad-interpolation", "argv": ["check", "c.yaml"],
+         "files": {"c.yaml": bridge + "  kv_channels: " + "${" * 500 + "x" + "}" * 500 + "\n"}},
+        {"name": "tree-nemorl-defaults-interpolation", "argv": ["check", "c.yaml"],
+         "files": {"c.yaml": "defaults: ${a}\n" + nemo}},
+        {"name": "tree-nemorl-defaults-fan", "argv": ["check", "c.yaml"],
+         "files": {**fan, "b4.yaml": nemo, "c.yaml": "defaults: b0.yaml\n" + nemo}},
+        # 10,000 bad lines each a problem: the collector was quadratic (11 s)
+        {"name": "log-many-problems", "argv": ["compare", "train.log"], "files": {"train.log": log}},
+    ]
+
+
 def seeds() -> list[dict]:
-    return _yaml_cases() + _hf_cases() + _shell_cases() + _log_cases() + _planner_cases() + _settings_cases()
+    return (_yaml_cases() + _hf_cases() + _shell_cases() + _log_cases() + _planner_cases() + _settings_cases()
+            + _campaign_cases())
 
 
 def mutations(count: int, rng: random.Random) -> list[dict]:

@@ -71,6 +71,9 @@ class ShellReader:
         self.sourced_files: list[str] = []
         self.broken_sources: list[str] = []
         self.source_depth = 0
+        # sourced files parsed: (path, spelling, text) -> tree; a file sourced again (by itself, in a loop)
+        # is parsed once, and the parsing is bounded in all (ShellBudget.source)
+        self.parsed_sources: dict[tuple[str, str, str], object] = {}
         self.exit_note: str | None = None      # 'the script exits at f:3 (because ...)', when it does
         self.assumed_guards: list[str] = []    # guards on unset variables assumed to pass, file:line first
         # the caller's answer for a command that reads the machine (the node's GPU count):
@@ -165,11 +168,17 @@ class ShellReader:
             self.missing_sources.append(f"`{name}` (sourced at {node.origin}: {exc.strerror})")
             return 1
         self.sourced_files.append(path)
-        try:
-            tree = parse(text, source_origins(text, name))
-        except ShellSyntaxError as exc:     # bash: `.` fails with status 2; this reader stops here
-            self.broken_sources.append(f"`{name}` (sourced at {node.origin}; {exc.origin}: {exc.message})")
-            raise
+        tree = self.parsed_sources.get((path, name, text))
+        if tree is None:
+            over = interp.state.budget.source(len(text))
+            if over:
+                raise ShellSyntaxError(node.origin, over, UNSUPPORTED)
+            try:
+                tree = parse(text, source_origins(text, name))
+            except ShellSyntaxError as exc:     # bash: `.` fails with status 2; this reader stops here
+                self.broken_sources.append(f"`{name}` (sourced at {node.origin}; {exc.origin}: {exc.message})")
+                raise
+            self.parsed_sources[(path, name, text)] = tree
         saved = interp.state.positional
         if args:
             interp.state.positional = list(args)

@@ -39,16 +39,26 @@ class ShellBudget:
     MAX_FIELDS = 100_000       # words of one command, elements of one value
     MAX_CHARS = 1 << 24        # characters of one command's words, of one value
     MAX_WORK = 20_000_000      # words and pieces of values expanded over the whole script
+    MAX_SOURCED = 4 << 20      # characters of sourced files parsed in all (each file parsed once)
 
     def __init__(self) -> None:
         self.steps = 0
         self.work = 0
+        self.sourced = 0
 
     def step(self) -> str | None:
         """Count one command; the sentence to refuse it with past the bound."""
         self.steps += 1
         if self.steps > self.MAX_STEPS:
             return f"the script runs more than {self.MAX_STEPS:,} commands, the limit of what this tool follows"
+        return None
+
+    def source(self, chars: int) -> str | None:
+        """Count the characters of one sourced file to parse; the sentence past the bound."""
+        self.sourced += chars
+        if self.sourced > self.MAX_SOURCED:
+            return (f"the script sources more than {self.MAX_SOURCED:,} characters of shell text in all, the "
+                    "limit of what this tool follows")
         return None
 
     def size(self, parts, what: str) -> str | None:

@@ -44,7 +44,7 @@ from megatron_estimator.core.resources import read_data_text
 from megatron_estimator.inputs.detect import BRIDGE_SECTIONS as SECTIONS
 from megatron_estimator.inputs.megatron_yaml import _RENAMED, _has_kind, _keys
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.inputs.trees.common import EXTRA, located_leaves, missing_extra, omegaconf_or_none
+from megatron_estimator.inputs.trees.common import EXTRA, located_leaves, missing_extra, omegaconf_or_none, first_line
 from megatron_estimator.inputs.yamlpos import YamlNode, key_location, parse_yaml_with_lines
 
 MAPPED_SECTIONS = ("model", "train", "ddp", "optimizer", "checkpoint")
@@ -114,15 +114,19 @@ def load_bridge_yaml(path: str, text: str, overrides: Sequence[tuple[str, str]] 
                                     f"a Megatron-Bridge config is a mapping of sections, not {describe_value(doc.root.value)}"))
             continue
         where.update(located_leaves(doc.root, name))
-        layers.append(OmegaConf.create(doc.root.value))
+        try:    # OmegaConf parses every ${...} as it builds the tree (its grammar recurses)
+            layers.append(OmegaConf.create(doc.root.value))
+        except (OmegaConfBaseException, RecursionError) as error:
+            message = first_line(error)
+            problems.append(Problem("interpolation", name, f"OmegaConf cannot read it: {message}"))
     if problems or not layers:
         return BridgeLoad(RawArgs({}, path), tuple(problems))
     try:
         merged = OmegaConf.merge(*layers)
         problems.extend(_apply_overrides(merged, overrides, where))
         tree = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as error:
-        message = str(error).splitlines()[0]
+    except (OmegaConfBaseException, RecursionError) as error:
+        message = first_line(error)
         return BridgeLoad(RawArgs({}, path), (*problems, Problem("interpolation", path, f"OmegaConf: {message}")))
     mapper = _Mapper(path, where, release)
     mapper.read(tree)
@@ -144,7 +148,7 @@ def _apply_overrides(cfg, overrides: Sequence[tuple[str, str]], where: dict) -> 
         try:
             override = parser.parse_override(text)
         except HydraException as error:
-            problems.append(Problem("invalid-override", location, f"{text}: {str(error).splitlines()[0]}"))
+            problems.append(Problem("invalid-override", location, f"{text}: {first_line(error)}"))
             continue
         key = override.key_or_group
         if override.is_delete():

@@ -14,6 +14,13 @@ from megatron_estimator.inputs.yamlpos import YamlNode, key_location
 EXTRA = "megatron-estimator[frameworks]"
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of a library's error (OmegaConf's and Hydra's run on to several), or its
+    class name when it says nothing (an empty ``IndexError`` from Hydra's override parser)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def omegaconf_or_none():
     """The ``omegaconf`` module, or None when the extra is not installed."""
     try:

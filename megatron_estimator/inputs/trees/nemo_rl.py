@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.rawargs import RawArgs, RawSetting
-from megatron_estimator.inputs.trees.common import extra_problem, override_locator
+from megatron_estimator.inputs.trees.common import extra_problem, override_locator, first_line
 
 _SETUP = "nemo_rl/models/megatron/setup.py"
 
@@ -85,6 +85,21 @@ def _merge(base, child):
     return OmegaConf.merge(base, child)
 
 
+def _checked_merge(base, child, path: str):
+    """``_merge``, its OmegaConf errors (an interpolation read while merging) a ``TreeError``."""
+    try:
+        return _merge(base, child)
+    except (TreeError, RecursionError):
+        raise
+    except Exception as error:          # OmegaConf's own errors
+        raise TreeError(path, f"cannot be merged with its defaults: {first_line(error)}") from None
+
+
+# Files read for one config, counted with repeats (README.md "Limits"): NeMo-RL reads a default
+# once per path that inherits it, so eight defaults of eight defaults... grow exponentially.
+MAX_FILES = 64
+
+
 def load_with_inheritance(path: str, files: list[str], depth: int = 0):
     """nemo_rl/utils/config.py load_config_with_inheritance, reading through the bounded reader;
     ``files`` gets every file read (the child last)."""
@@ -92,24 +107,30 @@ def load_with_inheritance(path: str, files: list[str], depth: int = 0):
 
     if depth > 32:
         raise TreeError(f"{path} defaults", "defaults: inherit in a circle")
+    if len(files) >= MAX_FILES:     # a file inherited along many paths is read once per path
+        raise TreeError(f"{path} defaults", f"defaults: the inheritance reads more than {MAX_FILES} files "
+                        "in all (a file inherited along many paths), the limit of what this tool follows")
     try:
         config = OmegaConf.create(read_input_text(path, "yaml"))
     except OSError as error:
         raise TreeError(path, f"cannot be read: {error.strerror or error}") from None
     except Exception as error:          # YAML syntax, bound: OmegaConf's and PyYAML's own words
-        raise TreeError(path, f"not a NeMo-RL config: {str(error).splitlines()[0]}") from None
+        raise TreeError(path, f"not a NeMo-RL config: {first_line(error)}") from None
     if not isinstance(config, DictConfig):
         raise TreeError(path, "not a mapping (NeMo-RL configs are dictionaries)")
     if "defaults" in config:
-        defaults = config.pop("defaults")
-        defaults = [str(defaults)] if not isinstance(defaults, ListConfig) else [str(d) for d in defaults]
+        try:    # str() resolves an interpolation, as NeMo-RL's own loader does
+            defaults = config.pop("defaults")
+            defaults = [str(defaults)] if not isinstance(defaults, ListConfig) else [str(d) for d in defaults]
+        except Exception as error:      # OmegaConf's errors: an interpolation that does not resolve
+            raise TreeError(f"{path} defaults", f"cannot be read: {first_line(error)}") from None
         base = OmegaConf.create({})
         for default in defaults:
             parent = default if os.path.isabs(default) else os.path.join(os.path.dirname(path), default)
             if not os.path.isfile(parent):
                 raise TreeError(f"{path} defaults", f"names {default}, which is not a file ({parent})")
-            base = _merge(base, load_with_inheritance(parent, files, depth + 1))
-        config = _merge(base, config)
+            base = _checked_merge(base, load_with_inheritance(parent, files, depth + 1), path)
+        config = _checked_merge(base, config, path)
     files.append(path)
     return config
 
@@ -127,7 +148,7 @@ def apply_overrides(config, overrides: Sequence[str], where: str):
         parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
         ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=config)
     except Exception as error:
-        raise TreeError(where, f"override refused: {str(error).splitlines()[0]}") from None
+        raise TreeError(where, f"override refused: {first_line(error)}") from None
     OmegaConf.set_struct(config, False)
     return config
 
@@ -138,7 +159,7 @@ def resolved(config, where: str) -> dict:
     try:
         return OmegaConf.to_container(config, resolve=True)
     except Exception as error:
-        raise TreeError(where, f"an interpolation does not resolve: {str(error).splitlines()[0]}") from None
+        raise TreeError(where, f"an interpolation does not resolve: {first_line(error)}") from None
 
 
 def get(tree: dict, key: str, default: Any = None) -> Any:

@@ -31,7 +31,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from megatron_estimator.core.problems import Problem
-from megatron_estimator.inputs.trees.common import extra_problem, override_locator
+from megatron_estimator.inputs.trees.common import extra_problem, override_locator, first_line
 from megatron_estimator.inputs.trees.nemo_rl import Settings, TreeError, TreeReading, _integer, get, model_settings
 
 _ENGINE = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -52,7 +52,7 @@ def compose(config_dir: str, config_name: str, overrides: Sequence[str], where: 
             warnings.simplefilter("ignore")
             return _compose(config_dir, config_name, overrides, hydra_compose, initialize_config_dir, OmegaConf)
     except Exception as error:
-        first = str(error).splitlines()[0]
+        first = first_line(error)
         if "Could not load" in first:   # hydra.searchpath names verl's own folder (verl/trainer/config)
             first += ("; a defaults entry is in verl's own config folder (verl/trainer/config), found through the "
                       "file's hydra.searchpath: run from verl's checkout, or install verl where this runs")
