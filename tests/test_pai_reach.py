@@ -1,0 +1,51 @@
+"""Pai-Megatron-Patch launch scripts as `check --skip-unknown` meets them (issue 27): what was
+a traceback, what was wrongly skipped, and what was wrongly refused.
+
+The scripts are written here; they reproduce idioms of alibaba/Pai-Megatron-Patch
+examples/*/run_*.sh only (no file of that repository is copied).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from test_cli import run
+from test_framework_launch_idioms import _argv_from, _bash_runs
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+# Pai's run_evaluate_megatron_qwen_moe.sh sets NUM_LAYERS only in a `case $MODEL_SIZE` branch;
+# without the size argument the variable is unset when the MoE flags reach the launch.
+_UNSET_REQUIRED_MOE = """
+    MODEL_SIZE=$1
+    if [ $MODEL_SIZE = 1.8B ]; then
+    NUM_LAYERS=24
+    fi
+    torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers ${NUM_LAYERS} --hidden-size 64 \\
+        --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 \\
+        --global-batch-size 8 --bf16 --tokenizer-type NullTokenizer --vocab-size 1000 \\
+        --num-experts 4 --moe-router-topk 2
+"""
+
+
+def test_required_flag_from_an_unset_variable_is_one_located_problem(tmp_path):
+    script = write(tmp_path / "run_moe.sh", _UNSET_REQUIRED_MOE)
+    # What bash passes: the unset variable is no word, so Megatron's argparse would see
+    # `--num-layers --hidden-size` and refuse (`expected one argument`).
+    argv = _argv_from(_bash_runs(tmp_path, script, ["7B"])[0], "pretrain_gpt.py")
+    assert argv[1:3] == ("--num-layers", "--hidden-size")
+    result = run(["check", "--gpu", "h100", "--skip-unknown", str(script), "--script-arg", "7B"], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    errors = [line for line in result.stdout.splitlines() if line.strip().startswith("error:")]
+    # One problem: the variable, at the line where the launch takes it (line 5 of the script).
+    assert len(errors) == 1, result.stdout
+    assert f"{script}:5 NUM_LAYERS" in errors[0] and "[unresolved-variable]" in errors[0]
+    # With the size that sets it, the same launch is estimated (24 layers; 24 % 1 MoE layer freq).
+    result = run(["check", "--gpu", "h100", "--skip-unknown", str(script), "--script-arg", "1.8B"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
