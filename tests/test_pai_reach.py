@@ -49,3 +49,33 @@ def test_required_flag_from_an_unset_variable_is_one_located_problem(tmp_path):
     # With the size that sets it, the same launch is estimated (24 layers; 24 % 1 MoE layer freq).
     result = run(["check", "--gpu", "h100", "--skip-unknown", str(script), "--script-arg", "1.8B"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Pai's examples/<model>/run_mcore_*_chatlearn.sh: a GRPO job through ChatLearn's entry program,
+# its Megatron settings as Hydra overrides of ChatLearn's config tree, not Megatron flags.
+_CHATLEARN = """
+    export WORLD_SIZE=${WORLD_SIZE:-1}
+    export GPUS_PER_NODE=${KUBERNETES_CONTAINER_RESOURCE_GPU:-8}
+    python {entry} grpo --config-file chatlearn_configs/grpo_megatron.yaml \\
+        runtime_args.train_backend=megatron \\
+        models.policy_trainer.num_gpu=$(($WORLD_SIZE * $GPUS_PER_NODE)) \\
+        models.policy_trainer.tensor_model_parallel_size=4 \\
+        models.policy.load=/mnt/ckpts/hf/model
+"""
+
+
+def test_chatlearn_launch_is_not_checked_never_skipped_as_no_training(tmp_path):
+    for entry, source in (("chatlearn_entrypoint.py", "from chatlearn.algorithm.base_algo import BaseAlgorithm\n"),
+                          ("../absent/chatlearn_entrypoint.py", None)):
+        folder = tmp_path / ("qwen3" if source else "moonlight")
+        script = write(folder / "run_chatlearn.sh", _CHATLEARN.replace("{entry}", entry))
+        if source:
+            write(folder / "chatlearn_entrypoint.py", source)
+        result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], cwd=folder)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "not checked: a ChatLearn training launch" in result.stderr, result.stderr
+        assert "launches no" not in result.stderr and result.stdout == ""
+        # Without --skip-unknown: one unsupported-stack refusal, no estimate of something else.
+        result = run(["check", "--gpu", "h100", str(script)], cwd=folder)
+        assert result.returncode == 2 and result.stdout.count("error:") == 1, result.stdout
+        assert "[unsupported-stack]" in result.stdout and "ChatLearn" in result.stdout

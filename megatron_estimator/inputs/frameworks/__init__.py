@@ -36,13 +36,14 @@ from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, 
 
 def _frameworks() -> tuple[Framework, ...]:
     from megatron_estimator.inputs.frameworks.bridge import FRAMEWORK as BRIDGE
+    from megatron_estimator.inputs.frameworks.chatlearn import FRAMEWORK as CHATLEARN
     from megatron_estimator.inputs.frameworks.mindspeed import FRAMEWORK as MINDSPEED
     from megatron_estimator.inputs.frameworks.pai import FRAMEWORK as PAI
     from megatron_estimator.inputs.frameworks.nemo_rl import FRAMEWORK as NEMO_RL
     from megatron_estimator.inputs.frameworks.slime import FRAMEWORK as SLIME
     from megatron_estimator.inputs.frameworks.verl import FRAMEWORK as VERL
 
-    return (MINDSPEED, SLIME, PAI, BRIDGE, VERL, NEMO_RL)
+    return (MINDSPEED, SLIME, PAI, BRIDGE, VERL, NEMO_RL, CHATLEARN)
 
 
 def _matches(path: str, pattern: str) -> bool:
