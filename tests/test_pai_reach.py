@@ -79,3 +79,37 @@ def test_chatlearn_launch_is_not_checked_never_skipped_as_no_training(tmp_path):
         result = run(["check", "--gpu", "h100", str(script)], cwd=folder)
         assert result.returncode == 2 and result.stdout.count("error:") == 1, result.stdout
         assert "[unsupported-stack]" in result.stdout and "ChatLearn" in result.stdout
+
+
+# Pai's examples/<model>/run_evaluate_*.sh, run_ds_train_huggingface_*.sh and run_mcore_*.sh
+# idioms: `torchrun $DISTRIBUTED_ARGS evaluate_megatron_<m>.py <Megatron flags>` (an evaluation
+# loop, Megatron's forward only), `torchrun ds_train_huggingface_<m>.py --train-data ... --deepspeed` (a
+# transformers + DeepSpeed trainer), `torchrun pretrain_<m>.py` (Megatron's pretrain()).
+_MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+          "--micro-batch-size 1 --global-batch-size 8 --bf16 --tokenizer-type NullTokenizer --vocab-size 1000")
+
+
+def test_pai_programs_that_train_no_megatron_model_are_skipped_named(tmp_path):
+    folder = tmp_path / "examples" / "qwen"
+    write(folder / "evaluate_megatron_qwen.py", "from megatron_patch.arguments import get_patch_args\n")
+    write(folder / "ds_train_huggingface_qwen.py", "import deepspeed\nimport transformers\n")
+    write(folder / "pretrain_qwen.py", "from megatron_patch.arguments import get_patch_args\n"
+                                       "from megatron.training import pretrain\n")
+    cases = {
+        "run_evaluate.sh": ("torchrun --nproc_per_node 8 evaluate_megatron_qwen.py " + _MODEL,
+                            "starts no training: ", "evaluate_megatron_qwen.py, an evaluation (Pai-Megatron-Patch)"),
+        "run_ds.sh": (("torchrun --nproc_per_node 8 ds_train_huggingface_qwen.py --train-data /mnt/d.json --num-layers 2 --hidden-size 64 "
+                       "--num-attention-heads 4 --intermediate-size 256 --epochs 1"),
+                      "starts no Megatron training: ", "a DeepSpeed trainer of a HuggingFace transformers model"),
+    }
+    for name, (launch, start, what) in cases.items():
+        script = write(folder / name, launch + "\n")
+        result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], cwd=folder)
+        assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+        assert f"skipped {script}: {start}" in result.stderr and what in result.stderr, result.stderr
+    # The same folder's pretrain program is a training launch: checked, and estimated
+    # (8 GPUs from torchrun; tp = pp = 1, so dp 8 divides the global batch of 8).
+    script = write(folder / "run_pretrain.sh", "torchrun --nproc_per_node 8 pretrain_qwen.py " + _MODEL + "\n")
+    result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], cwd=folder)
+    assert result.returncode == 0 and "skipped" not in result.stderr, result.stdout + result.stderr
+    assert "world size 8" in result.stdout

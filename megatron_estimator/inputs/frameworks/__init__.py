@@ -108,6 +108,16 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
     return None
 
 
+def non_training_program(paths: Sequence[str]) -> tuple[Framework, str] | None:
+    """The framework one of whose programs that train no Megatron model ``paths`` name (the
+    program as launched, or where it was found), and what that program does; None for none."""
+    for framework in _frameworks():
+        for pattern, what in framework.non_training:
+            if any(_matches(p, pattern) for p in paths):
+                return framework, what
+    return None
+
+
 def _tree_roots(path: str | None, search_dirs: Sequence[str], python_path: str = "") -> list[str]:
     roots: list[str] = []
     if path is not None:

@@ -97,6 +97,11 @@ def classify(program: str, is_module: bool = False, found: str | None = None) ->
     for key, what in NON_TRAINING:
         if _matches(tail, key):
             return "none", what
+    from megatron_estimator.inputs.frameworks import non_training_program
+
+    theirs = non_training_program([p for p in (found, program if not is_module else None) if p])
+    if theirs is not None:
+        return "none", f"{theirs[1]} ({theirs[0].name})"
     if found is not None:
         try:
             source = read_input_text(found, "python", errors="replace")
@@ -170,7 +175,8 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         kind, what = classify(command.script, command.script_is_module, found)
         program = f"-m {command.script}" if command.script_is_module else command.script
         if kind == "none":
-            return f"starts no training: its launch at {launch.location} runs {program}, {what}"
+            start = "starts no Megatron training" if "no Megatron" in what else "starts no training"
+            return f"{start}: its launch at {launch.location} runs {program}, {what}"
         if kind == "unknown" and re.fullmatch(r"\$(?:\{\w+\}|\w+|[@*])", command.script):   # `python $*`: a wrapper
             return (f"not checked: its launch at {launch.location} runs `{program}`, a program named only when "
                     "it runs (give the script's arguments with --script-arg)")
