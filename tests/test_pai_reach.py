@@ -93,11 +93,19 @@ def test_pai_programs_that_train_no_megatron_model_are_skipped_named(tmp_path):
     folder = tmp_path / "examples" / "qwen"
     write(folder / "evaluate_megatron_qwen.py", "from megatron_patch.arguments import get_patch_args\n")
     write(folder / "ds_train_huggingface_qwen.py", "import deepspeed\nimport transformers\n")
+    write(tmp_path / "examples" / "llama2" / "generate_text_megatron_llama.py", "import megatron\n")
+    write(folder / "lm_evaluate_megatron_qwen.py", "import megatron\n")
     write(folder / "pretrain_qwen.py", "from megatron_patch.arguments import get_patch_args\n"
                                        "from megatron.training import pretrain\n")
     cases = {
         "run_evaluate.sh": ("torchrun --nproc_per_node 8 evaluate_megatron_qwen.py " + _MODEL,
                             "starts no training: ", "evaluate_megatron_qwen.py, an evaluation (Pai-Megatron-Patch)"),
+        # a sibling example's program, as Pai's deepseek/ and yi/ scripts run llama2's
+        "run_generate.sh": ("torchrun --nproc_per_node 8 ../llama2/generate_text_megatron_llama.py " + _MODEL,
+                            "starts no training: ", "generate_text_megatron_llama.py, text generation"),
+        # a launcher the reader does not take for a launch (accelerate): the program named decides
+        "run_lm_eval.sh": ("accelerate launch --multi_gpu lm_evaluate_megatron_qwen.py " + _MODEL,
+                           "starts no training: it runs lm_evaluate_megatron_qwen.py, an evaluation", ""),
         "run_ds.sh": (("torchrun --nproc_per_node 8 ds_train_huggingface_qwen.py --train-data /mnt/d.json --num-layers 2 --hidden-size 64 "
                        "--num-attention-heads 4 --intermediate-size 256 --epochs 1"),
                       "starts no Megatron training: ", "a DeepSpeed trainer of a HuggingFace transformers model"),

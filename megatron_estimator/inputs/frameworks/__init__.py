@@ -113,7 +113,7 @@ def non_training_program(paths: Sequence[str]) -> tuple[Framework, str] | None:
     program as launched, or where it was found), and what that program does; None for none."""
     for framework in _frameworks():
         for pattern, what in framework.non_training:
-            if any(_matches(p, pattern) for p in paths):
+            if any(_matches(os.path.normpath(p), pattern) for p in paths):     # ../llama2/x.py, found
                 return framework, what
     return None
 

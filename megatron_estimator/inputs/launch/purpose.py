@@ -196,7 +196,9 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
             code += "\n" + without_comments(read_input_text(sourced, "script", errors="replace"))
         except OSError:
             continue
-    named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
+    here = base_directories(environ, path)
+    named = [(name, module, *classify(name, module, find_script_file(name, module, here)))
+             for name, module in named_programs(code)]
     words = code.split()
     frameworks = [f for f in (_framework_program(n[0], n[1], None, words) for n in named) if f is not None]
     if frameworks and not any(n[2] == "training" for n in named):
