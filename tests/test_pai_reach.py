@@ -121,3 +121,17 @@ def test_pai_programs_that_train_no_megatron_model_are_skipped_named(tmp_path):
     result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], cwd=folder)
     assert result.returncode == 0 and "skipped" not in result.stderr, result.stdout + result.stderr
     assert "world size 8" in result.stdout
+
+
+def test_sft_tokenizer_has_the_size_of_the_huggingface_tokenizer_it_loads():
+    # Megatron-LM's examples/post_training/modelopt/train.sh: --tokenizer-type SFTTokenizer with a
+    # Llama 3 model; SFTTokenizer's vocab_size is len(AutoTokenizer) as HuggingFaceTokenizer's:
+    # Llama 3's 128,000 BPE tokens + 256 reserved special tokens = 128,256 (Meta's model card),
+    # already a multiple of 128 x tp 2 = 256 (128256 / 256 = 501), so no padding rows.
+    from megatron_estimator.config.vocab import resolve_vocabulary
+
+    for kind in ("SFTTokenizer", "HuggingFaceTokenizer"):
+        vocab = resolve_vocabulary(vocab_size=None, padded_vocab_size=None, tokenizer_type=kind, vocab_file=None,
+                                   tokenizer_model="meta-llama/Llama-3.2-1B-Instruct",
+                                   make_vocab_size_divisible_by=128, tp=2)
+        assert vocab is not None and (vocab.size, vocab.padded_size) == (128256, 128256), kind
