@@ -135,3 +135,21 @@ def test_sft_tokenizer_has_the_size_of_the_huggingface_tokenizer_it_loads():
                                    tokenizer_model="meta-llama/Llama-3.2-1B-Instruct",
                                    make_vocab_size_divisible_by=128, tp=2)
         assert vocab is not None and (vocab.size, vocab.padded_size) == (128256, 128256), kind
+
+
+def test_a_training_launch_whose_flags_come_from_an_unset_variable_is_not_checked(tmp_path):
+    # Megatron-LM's examples/academic_paper_scripts/sc21/SRUN.sh idiom: the caller exports the
+    # flags; the script alone passes none (bash expands the unset variable to no word at all).
+    script = write(tmp_path / "SRUN.sh", """
+        CMD="python -u ${CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS}"
+        srun -l sh -c "${CMD}"
+    """)
+    result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+    assert "not checked: " in result.stderr and "${MEGATRON_PARAMS}, not set here" in result.stderr
+    # With the caller's variable set, it is checked: 8 tasks (srun -n 8) x the model below.
+    env = {"MEGATRON_PARAMS": _MODEL, "CODE_DIR": str(tmp_path)}
+    script.write_text(script.read_text().replace("srun -l", "srun -l -n 8"))
+    result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], env=env, cwd=tmp_path)
+    assert result.returncode == 0 and "skipped" not in result.stderr, result.stdout + result.stderr
+    assert "world size 8" in result.stdout

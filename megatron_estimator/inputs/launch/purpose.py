@@ -177,6 +177,14 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         if kind == "none":
             start = "starts no Megatron training" if "no Megatron" in what else "starts no training"
             return f"{start}: its launch at {launch.location} runs {program}, {what}"
+        if kind == "training" and not any(re.match(MODEL_FLAG, t) for t in launch.megatron_argv):
+            # `python pretrain_gpt.py ${MEGATRON_PARAMS}` with the variable unset here: its caller
+            # (a script that sources or submits this one) sets the flags; they are not seen here.
+            unset = [m.group(1) for n in launch.notices for m in [re.search(r"gets no word from `([^`]+)`", n)] if m]
+            if unset:
+                return (f"not checked: its launch at {launch.location} runs {program} with none of {_MODEL_FLAGS}; "
+                        f"its flags come from {', '.join(dict.fromkeys(unset))}, not set here (set by what runs "
+                        "this script: check with it set, or check that script)")
         if kind == "unknown" and re.fullmatch(r"\$(?:\{\w+\}|\w+|[@*])", command.script):   # `python $*`: a wrapper
             return (f"not checked: its launch at {launch.location} runs `{program}`, a program named only when "
                     "it runs (give the script's arguments with --script-arg)")
