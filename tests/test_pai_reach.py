@@ -153,3 +153,17 @@ def test_a_training_launch_whose_flags_come_from_an_unset_variable_is_not_checke
     result = run(["check", "--gpu", "h100", "--skip-unknown", str(script)], env=env, cwd=tmp_path)
     assert result.returncode == 0 and "skipped" not in result.stderr, result.stdout + result.stderr
     assert "world size 8" in result.stdout
+
+
+def test_flags_from_a_file_sourced_by_a_script_argument_are_checked_with_it(tmp_path):
+    # Megatron-LM's examples/post_training/modelopt/finetune.sh idiom: `source conf/${1}.sh`
+    # sets the model's flags; with the argument given (--script-arg), the launch is checked.
+    write(tmp_path / "conf" / "tiny.sh", f'MODEL_ARGS="{_MODEL}"\n')
+    script = write(tmp_path / "finetune.sh", """
+        SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"
+        source "${SCRIPT_DIR}/conf/${1}.sh"
+        torchrun --nproc_per_node 8 pretrain_gpt.py ${MODEL_ARGS}
+    """)
+    result = run(["check", "--gpu", "h100", "--skip-unknown", "--script-arg", "tiny", str(script)], cwd=tmp_path)
+    assert result.returncode == 0 and "skipped" not in result.stderr, result.stdout + result.stderr
+    assert "world size 8" in result.stdout and "2 layers" in result.stdout

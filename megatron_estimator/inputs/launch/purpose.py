@@ -177,9 +177,12 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         if kind == "none":
             start = "starts no Megatron training" if "no Megatron" in what else "starts no training"
             return f"{start}: its launch at {launch.location} runs {program}, {what}"
-        if kind == "training" and not any(re.match(MODEL_FLAG, t) for t in launch.megatron_argv):
+        if kind == "training" and not sources.unfollowed \
+                and not any(re.match(MODEL_FLAG, t) for t in launch.megatron_argv):
             # `python pretrain_gpt.py ${MEGATRON_PARAMS}` with the variable unset here: its caller
             # (a script that sources or submits this one) sets the flags; they are not seen here.
+            # (A file sourced by a script argument, `conf/${1}.sh`, may set them: checked, so that
+            # --script-arg reaches it.)
             unset = [m.group(1) for n in launch.notices for m in [re.search(r"gets no word from `([^`]+)`", n)] if m]
             if unset:
                 return (f"not checked: its launch at {launch.location} runs {program} with none of {_MODEL_FLAGS}; "
