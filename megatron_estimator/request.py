@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.core.problems import OPAQUE_REQUIRED, InvalidInput, Problem
 from megatron_estimator.core.sourced import Sourced
 from megatron_estimator.config.world_size import world_size_for
-from megatron_estimator.config.schema import OPAQUE_REQUIRED
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.inputs.seed_options import SEED_WORLD_SIZE, SEED_WORLD_SOURCE
 from megatron_estimator.results.estimate import Assumption, Estimate, Verdict

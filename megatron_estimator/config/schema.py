@@ -12,12 +12,9 @@ from typing import Any, Mapping
 import jsonschema
 
 from megatron_estimator.core.hints import PYTHON, describe_value
-from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.problems import OPAQUE_REQUIRED, Problem
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.core.resources import load_schema, schema_validator
-
-# The code of a required setting given with a value not known statically (see check_config_schema).
-OPAQUE_REQUIRED = "opaque-required"
 
 REQUIRED_MESSAGES = {
     "seq_length": "the sequence length is required (--seq-length)",
