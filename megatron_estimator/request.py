@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from megatron_estimator.core.problems import InvalidInput, Problem
+from megatron_estimator.core.problems import OPAQUE_REQUIRED, InvalidInput, Problem
 from megatron_estimator.core.sourced import Sourced
 from megatron_estimator.config.world_size import world_size_for
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -106,7 +106,8 @@ def verdict_of(request: Request) -> Verdict:
         # A key the input already reported (missing, mistyped) makes validation miss it too:
         # one message per problem, the input's own.
         reported = {p.location for p in problems}
-        found = tuple(p for p in err.problems if p not in problems and p.location not in reported)
+        found = tuple(p for p in err.problems if p not in problems and p.location not in reported
+                      and not (problems and p.code == OPAQUE_REQUIRED))   # its cause is reported already
         # An unsupported model family is said first: the rest is only what its command line holds.
         refusals = tuple(p for p in err.problems if p.code == "unsupported-model")
         problems = refusals + problems + tuple(p for p in found if p not in refusals)

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import jsonschema
 
 from megatron_estimator.core.hints import PYTHON, describe_value
-from megatron_estimator.core.problems import Problem
+from megatron_estimator.core.problems import OPAQUE_REQUIRED, Problem
 from megatron_estimator.inputs.rawargs import RawArgs
 from megatron_estimator.core.resources import load_schema, schema_validator
 
@@ -81,7 +81,13 @@ def check_config_schema(namespace: Mapping[str, Any], raw: RawArgs, bad_dests: s
         else:
             problems.append(Problem("invalid-value", location, error.message))
     for dest in schema.get("required", ()):
-        if namespace.get(dest) is None and dest not in raw.opaque:
+        if namespace.get(dest) is None and dest in raw.opaque:
+            # Given, but its value is not known statically (a launch's unset variable): the
+            # reader reported the cause; this only stops the estimate, which needs the value.
+            flag = "--" + dest.replace("_", "-")
+            problems.append(Problem(OPAQUE_REQUIRED, raw.location(dest),
+                                    f"{flag} has no value known before the launch; the estimate needs it"))
+        elif namespace.get(dest) is None:
             flag = "--" + dest.replace("_", "-")
             location = raw.location(dest)
             message = REQUIRED_MESSAGES.get(dest, f"{flag} is required")

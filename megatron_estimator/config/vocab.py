@@ -223,7 +223,9 @@ def resolve_vocabulary(
     if tokenizer_type in KNOWN_TOKENIZER_TYPES:
         size = KNOWN_TOKENIZER_TYPES[tokenizer_type]
         return padded(size, f"{tokenizer_type} has {size} entries")
-    if tokenizer_model and tokenizer_type in ("HuggingFaceTokenizer", None):
+    # SFTTokenizer loads the same AutoTokenizer and takes len(tokenizer) as its vocab_size
+    # (megatron/core/tokenizers/text/libraries/sft_tokenizer.py:59-67, Megatron-LM main 2026-08).
+    if tokenizer_model and tokenizer_type in ("HuggingFaceTokenizer", "SFTTokenizer", None):
         size = _known_model_size(tokenizer_model)
         if size:
             return padded(size, f"tokenizer {tokenizer_model} has {size} entries")

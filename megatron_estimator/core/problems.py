@@ -47,6 +47,11 @@ class Problem:
         return {"code": self.code, "location": self.location, "message": self.message}
 
 
+# The code of a required setting given with a value not known statically (a launch's unset
+# variable): config/schema.py reports it; request.py drops it where the input said why already.
+OPAQUE_REQUIRED = "opaque-required"
+
+
 class InvalidInput(Exception):
     """Raised with every problem found; never raised for a single problem while others hide."""
 

@@ -36,13 +36,14 @@ from megatron_estimator.inputs.frameworks.adapter import Adaptation, Framework, 
 
 def _frameworks() -> tuple[Framework, ...]:
     from megatron_estimator.inputs.frameworks.bridge import FRAMEWORK as BRIDGE
+    from megatron_estimator.inputs.frameworks.chatlearn import FRAMEWORK as CHATLEARN
     from megatron_estimator.inputs.frameworks.mindspeed import FRAMEWORK as MINDSPEED
     from megatron_estimator.inputs.frameworks.pai import FRAMEWORK as PAI
     from megatron_estimator.inputs.frameworks.nemo_rl import FRAMEWORK as NEMO_RL
     from megatron_estimator.inputs.frameworks.slime import FRAMEWORK as SLIME
     from megatron_estimator.inputs.frameworks.verl import FRAMEWORK as VERL
 
-    return (MINDSPEED, SLIME, PAI, BRIDGE, VERL, NEMO_RL)
+    return (MINDSPEED, SLIME, PAI, BRIDGE, VERL, NEMO_RL, CHATLEARN)
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -104,6 +105,16 @@ def recognise(script: str, is_module: bool = False, path: str | None = None,
             own = {o for spec in load_flag_table(framework.flag_table) for o in spec.option_strings}
             if any(t.split("=", 1)[0] in own for t in argv if t.startswith("--")):
                 return framework    # its name, and flags of its own: a program of the framework
+    return None
+
+
+def non_training_program(paths: Sequence[str]) -> tuple[Framework, str] | None:
+    """The framework one of whose programs that train no Megatron model ``paths`` name (the
+    program as launched, or where it was found), and what that program does; None for none."""
+    for framework in _frameworks():
+        for pattern, what in framework.non_training:
+            if any(_matches(os.path.normpath(p), pattern) for p in paths):     # ../llama2/x.py, found
+                return framework, what
     return None
 
 

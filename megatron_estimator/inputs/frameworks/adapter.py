@@ -70,6 +70,10 @@ class Framework:
     # Without a flag table, what confirms a program named like the framework's (its argv), or
     # None: the name suffices.
     confirm: Callable[[Sequence[str]], bool] | None = None
+    # Its programs that train no Megatron model (an evaluation, text generation, a trainer of
+    # another stack): (end of the program's path, ``*`` one segment's characters; what it does).
+    # ``check --skip-unknown`` skips a launch of one, naming it.
+    non_training: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -33,4 +33,14 @@ FRAMEWORK = Framework(
     provider_files=("megatron_patch/arguments.py",),
     imports=("megatron_patch",),
     adapt=_adapt,
+    # Its example programs that train no Megatron model (alibaba/Pai-Megatron-Patch@a098ca5acbde
+    # examples/<model>/): the evaluations and text generation run Megatron's forward only; the
+    # ds_train_huggingface_*.py trainers import transformers and deepspeed, no Megatron.
+    non_training=(
+        ("examples/*/evaluate_*.py", "an evaluation"),
+        ("examples/*/lm_evaluate_*.py", "an evaluation"),
+        ("examples/*/generate_text_*.py", "text generation"),
+        ("examples/*/text_generation_*.py", "text generation"),
+        ("examples/*/ds_train_huggingface_*.py", "a DeepSpeed trainer of a HuggingFace transformers model (no Megatron)"),
+    ),
 )

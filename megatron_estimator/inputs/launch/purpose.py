@@ -97,6 +97,11 @@ def classify(program: str, is_module: bool = False, found: str | None = None) ->
     for key, what in NON_TRAINING:
         if _matches(tail, key):
             return "none", what
+    from megatron_estimator.inputs.frameworks import non_training_program
+
+    theirs = non_training_program([p for p in (found, program if not is_module else None) if p])
+    if theirs is not None:
+        return "none", f"{theirs[1]} ({theirs[0].name})"
     if found is not None:
         try:
             source = read_input_text(found, "python", errors="replace")
@@ -170,7 +175,19 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
         kind, what = classify(command.script, command.script_is_module, found)
         program = f"-m {command.script}" if command.script_is_module else command.script
         if kind == "none":
-            return f"starts no training: its launch at {launch.location} runs {program}, {what}"
+            start = "starts no Megatron training" if "no Megatron" in what else "starts no training"
+            return f"{start}: its launch at {launch.location} runs {program}, {what}"
+        if kind == "training" and not sources.unfollowed \
+                and not any(re.match(MODEL_FLAG, t) for t in launch.megatron_argv):
+            # `python pretrain_gpt.py ${MEGATRON_PARAMS}` with the variable unset here: its caller
+            # (a script that sources or submits this one) sets the flags; they are not seen here.
+            # (A file sourced by a script argument, `conf/${1}.sh`, may set them: checked, so that
+            # --script-arg reaches it.)
+            unset = [m.group(1) for n in launch.notices for m in [re.search(r"gets no word from `([^`]+)`", n)] if m]
+            if unset:
+                return (f"not checked: its launch at {launch.location} runs {program} with none of {_MODEL_FLAGS}; "
+                        f"its flags come from {', '.join(dict.fromkeys(unset))}, not set here (set by what runs "
+                        "this script: check with it set, or check that script)")
         if kind == "unknown" and re.fullmatch(r"\$(?:\{\w+\}|\w+|[@*])", command.script):   # `python $*`: a wrapper
             return (f"not checked: its launch at {launch.location} runs `{program}`, a program named only when "
                     "it runs (give the script's arguments with --script-arg)")
@@ -190,7 +207,9 @@ def skip_reason(path: str, code: str, environ: Mapping[str, str] | None = None) 
             code += "\n" + without_comments(read_input_text(sourced, "script", errors="replace"))
         except OSError:
             continue
-    named = [(name, module, *classify(name, module)) for name, module in named_programs(code)]
+    here = base_directories(environ, path)
+    named = [(name, module, *classify(name, module, find_script_file(name, module, here)))
+             for name, module in named_programs(code)]
     words = code.split()
     frameworks = [f for f in (_framework_program(n[0], n[1], None, words) for n in named) if f is not None]
     if frameworks and not any(n[2] == "training" for n in named):
