@@ -193,13 +193,18 @@ def map_verl(tree: dict, locate: Callable[[str], str], source: str, release: str
             notes.append(f"verl {what}: moved to the CPU between phases and loaded back for the update "
                          "(verl/workers/megatron_workers.py), so counted on the GPU while training runs")
     beside = _co_resident(tree, locate, m)
-    if get(tree, "actor_rollout_ref.rollout.free_cache_engine", False):
-        notes.append("verl rollout free_cache_engine: the rollout engine releases its weights and KV cache before "
-                     "training runs (verl/workers/rollout); counted as nothing beyond the CUDA context")
+    rollout = "actor_rollout_ref.rollout."
+    if get(tree, rollout + "free_cache_engine", True):     # verl/workers/config/rollout.py:161 default True
+        notes.append("verl rollout free_cache_engine: before the actor trains the hybrid engine sleeps at level 2 "
+                     "(verl/workers/rollout/vllm_rollout/vllm_async_server.py:563-571: weights and KV cache "
+                     "discarded; megatron_workers.py:714,734 resume them for the next rollout); what vLLM keeps "
+                     "asleep (its CUDA graphs' pool, its own CUDA context) is not counted beyond the CUDA context "
+                     "already in the overheads")
     else:
-        frac = get(tree, "actor_rollout_ref.rollout.gpu_memory_utilization")
-        notes.append(f"verl rollout without free_cache_engine: the engine keeps its gpu_memory_utilization {frac} "
-                     "share of each GPU while training runs; NOT counted here: lower the budget by it")
+        frac = get(tree, rollout + "gpu_memory_utilization")
+        notes.append(f"verl rollout without free_cache_engine (vllm_async_server.py:563-564 returns without "
+                     f"sleeping): the engine keeps its gpu_memory_utilization {frac} share of each GPU while "
+                     "training runs; NOT counted here: lower the budget by it")
     nodes, per_node = get(tree, "trainer.nnodes"), get(tree, "trainer.n_gpus_per_node")
     world = words = None
     if isinstance(nodes, int) and isinstance(per_node, int):
