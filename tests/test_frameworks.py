@@ -206,3 +206,17 @@ def test_slime_global_batch_comes_from_its_rollout_and_micro_batch_defaults_to_o
     model = launch(argv, tmp_path).estimate.model
     # slime_validate_args: global batch = 8 x 4 // 2 = 16; reset_arg: micro batch 1; dp 2 -> 16 / (1 x 2) = 8
     assert (model.global_batch_size, model.micro_batch_size, model.num_microbatches) == (16, 1, 8)
+
+
+def test_slime_reference_model_is_a_cpu_backup_not_a_second_gpu_copy(tmp_path):
+    # slime/utils/tensor_backper.py:61 backs --ref-load up in pinned CPU memory and
+    # backends/megatron_utils/actor.py:435-438 swaps it into the actor's parameters for the
+    # reference log-probs: while the actor trains no second copy is on the GPU, so the peak is
+    # the one without --ref-load, and the report says why.
+    base = ["python3", "train.py", "--actor-num-gpus-per-node", "2", "--global-batch-size", "8",
+            "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", *MODEL.split()]
+    with_ref = launch(base + ["--ref-load", "/ckpt/ref"], tmp_path)
+    assert peak(with_ref) == peak(launch(base, tmp_path))
+    said = [a.text for a in with_ref.estimate.assumptions]
+    assert any(t.startswith("slime reference model (--ref-load): offloaded to the CPU")
+               and "tensor_backper.py:61" in t for t in said)

@@ -75,7 +75,9 @@ def test_nemo_rl_inheritance_interpolation_and_overrides(nemo):
     assert reading.world_size == 2 * 4                            # cluster.num_nodes x gpus_per_node
     assert reading.raw.location("tensor_model_parallel_size").endswith(
         "child.yaml policy.megatron_cfg.tensor_model_parallel_size")
-    assert any("reference model" in n and "CPU" in n for n in reading.notes)
+    # the reference model (reference_policy_kl_penalty 0.01): a CPU state dict, nothing on the GPU
+    (ref,) = reading.raw.co_resident
+    assert ref.role == "NeMo-RL reference model" and not ref.on_gpu and "setup.py:2039" in ref.source
     assert any("llm.sleep(level=1)" in n for n in reading.notes)
     # packing on, micro batch 4 on the command line: train_mb_tokens = mul(512, 4) = 2048 in one row
     over = read_nemo_rl(str(nemo / "child.yaml"), ["policy.sequence_packing.enabled=true",

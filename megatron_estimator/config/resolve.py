@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Mapping
 
 from megatron_estimator.core.limits import world_size_problem
@@ -163,4 +164,6 @@ def resolve_config(raw: RawArgs, *, world_size: int | None = None, world_size_so
     config = with_distillation(config, derived, raw, vocab, environ, family_name, kd_problems)
     problems.extend(kd_problems)
     problems.raise_if_any()
+    if raw.co_resident:
+        config = replace(config, co_resident=tuple(raw.co_resident))
     return config

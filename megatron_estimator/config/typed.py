@@ -233,6 +233,8 @@ class EstimatorConfig:
     # changes memory but is not modelled (megatron/flag_effects.py ``memory_assumptions``).
     not_modelled: tuple[tuple[str, str], ...] = ()
     distillation: Distillation | None = None
+    # Models an RL framework keeps on the GPU beside the actor (inputs/co_resident.CoResident).
+    co_resident: tuple = ()
     given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
     def __hash__(self) -> int:
@@ -244,7 +246,7 @@ class EstimatorConfig:
             cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
                            self.optimizer, self.kernels, self.offload, self.checkpoint,
                            self.world_size_source, self.run, self.notes, self.not_modelled,
-                           self.distillation))
+                           self.distillation, self.co_resident))
             object.__setattr__(self, "_hash", cached)
         return cached
 

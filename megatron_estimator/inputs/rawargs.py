@@ -30,6 +30,8 @@ class RawArgs:
     # Dests given with a value that cannot be known statically (a launch script's ``$CKPT``),
     # already reported or noticed where it was read: not "missing".
     opaque: frozenset = frozenset()
+    # Other models an RL framework keeps on the GPU beside this one (inputs/co_resident.py).
+    co_resident: tuple = ()
 
     def given(self, dest: str) -> bool:
         return dest in self.settings
@@ -51,4 +53,5 @@ class RawArgs:
         settings = dict(self.settings)
         settings.update(other.settings)
         return RawArgs(settings, other.source if other.settings else self.source, other.absent or self.absent,
-                       (self.opaque | other.opaque) - frozenset(other.settings))
+                       (self.opaque | other.opaque) - frozenset(other.settings),
+                       self.co_resident + other.co_resident)

@@ -24,6 +24,7 @@ from megatron_estimator.model.layout import ModelChunk, StageLayout, microbatche
 from megatron_estimator.model.records import Assumed, DeviceOverhead, MemoryBytes, ModelShape, StageEstimate
 from megatron_estimator.model import activations as act
 from megatron_estimator.model.checkpoint import load_exchange_bytes, resume_load
+from megatron_estimator.model.co_resident import co_resident_bytes, resident_bytes
 from megatron_estimator.model.distillation import kd_logits_buffers, kd_loss_transient, teacher_weight_bytes
 from megatron_estimator.model.overhead import Overheads, communicators, cublas_workspace_bytes, te_grouped_gemm, te_workspace_for
 from megatron_estimator.model.parameters import (ParamTensor, chunk_blocks, chunk_structure, chunk_tensors,
@@ -482,7 +483,8 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
 
     exchange = held_states.checkpoint_exchange
     teacher = teacher_weight_bytes(config, stage)
-    other = terms.unscheduled + states.fsdp_transient + exchange + teacher
+    beside = co_resident_bytes(config)
+    other = terms.unscheduled + states.fsdp_transient + exchange + teacher + beside
 
     memory = MemoryBytes(states.weights, states.gradients, states.optimizer_states, activations, other)
     device = device_overhead(p, config.model.moe is not None, overheads, memory.total)
@@ -501,6 +503,7 @@ def estimate_stage(config: EstimatorConfig, stage: StageLayout, overheads: Overh
         ("deferred_embedding_wgrad", deferred),
         ("checkpoint_load_buffers", exchange),
         ("teacher_weights", teacher),
+        ("co_resident_models", beside),
     )
     return StageEstimate(
         pipeline_rank=stage.pp_rank,
@@ -695,6 +698,11 @@ def assumptions(config: EstimatorConfig, overheads: Overheads, environ: Mapping[
             "teacher_bytes": max(teacher, default=0), "skip_lm_loss": kd.skip_lm_loss,
             "intermediate_pairs": kd.intermediate_pairs, "kd_cfg_source": kd.kd_cfg_source,
             "tp": config.parallel.tp}))
+    for term in config.co_resident:
+        items.append(Assumed("co_resident", resident_bytes(config, term), {
+            "role": term.role, "tp": term.tp, "pp": term.pp, "weights": term.weights,
+            "gradients": term.gradients, "optimizer": term.optimizer, "source": term.source,
+            "location": term.location}))
     if k.tp_comm_overlap:
         items.append(Assumed("tp_comm_overlap"))
     for note in config.notes:

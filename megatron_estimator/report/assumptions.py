@@ -161,6 +161,19 @@ def _distillation(a: Assumed) -> str:
             f"{'with' if f['tp'] > 1 else 'without'} tensor parallelism); {lm}{pairs} (distillation config: {f['kd_cfg_source']})")
 
 
+def _co_resident(a: Assumed) -> str:
+    f = a.facts
+    held = [w for w, on in (("weights", f["weights"]), ("gradient buffer", f["gradients"]),
+                            ("optimizer states", f["optimizer"])) if on]
+    where = f" ({f['location']})" if f["location"] else ""
+    if not held:
+        return (f"{f['role']}{where}: offloaded to the CPU while the actor trains, none counted on the GPU "
+                f"({f['source']})")
+    return (f"{f['role']}{where}: its {', '.join(held)} stay on the GPU while the actor trains, "
+            f"{size(a.value)} per GPU (the actor's shape at TP {f['tp']} x PP {f['pp']}, its fullest stage), "
+            f"counted on every stage ({f['source']})")
+
+
 def _megatron_derived(a: Assumed) -> str:
     return a.facts["note"]
 
@@ -184,6 +197,7 @@ SENTENCES: dict[str, Callable[[Assumed], str]] = {
     "gdn_kernels": _gdn_kernels,
     "dsa_kernels": _dsa_kernels,
     "distillation": _distillation,
+    "co_resident": _co_resident,
     "megatron_derived": _megatron_derived,
     "not_modelled": _not_modelled,
 }

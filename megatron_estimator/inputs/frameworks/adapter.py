@@ -31,6 +31,7 @@ class Adaptation:
     settings: dict = field(default_factory=dict)    # Megatron dest -> value it fills or forces
     assumptions: tuple[str, ...] = ()                # in words, each naming the framework source
     unknown: tuple[tuple[str, str], ...] = ()        # (flag, what it decides) whose value is not known here
+    co_resident: tuple = ()                          # inputs/co_resident.CoResident: models beside the actor
 
 
 @dataclass(frozen=True)

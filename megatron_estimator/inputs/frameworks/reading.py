@@ -75,6 +75,8 @@ def read_framework_argv(argv: Sequence[str], first: ArgvReading, entry: EntryScr
     where = f"{framework.name} ({entry.location})"
     forced = RawArgs({dest: RawSetting(dest, value, where) for dest, value in adaptation.settings.items()}, source)
     raw = reading.raw.merged(forced) if forced.settings else reading.raw
+    if adaptation.co_resident:
+        raw = replace(raw, co_resident=raw.co_resident + tuple(adaptation.co_resident))
     entry = replace(entry, framework_flags=origin, world_size=adaptation.world_size,
                     world_size_source=adaptation.world_size_source,
                     assumptions=(f"framework: {framework.name}, its flags read from {origin}",) + adaptation.assumptions)

@@ -24,9 +24,43 @@ Facts, from slime's source (the commit of ``data/frameworks/slime_flags.tsv``):
 
 from __future__ import annotations
 
+from megatron_estimator.inputs.co_resident import CoResident
 from megatron_estimator.inputs.frameworks.adapter import UNKNOWN, Adaptation, Framework, FrameworkFlags
 
 _SOURCE = "slime/backends/megatron_utils/arguments.py"
+
+
+def _layout(flags: FrameworkFlags) -> tuple[int, int]:
+    sizes = []
+    for names in (("--tensor-model-parallel-size", "--tp"), ("--pipeline-model-parallel-size", "--pp")):
+        value = next((flags.value(n) for n in names if flags.given(n)), 1)
+        try:
+            sizes.append(max(int(value), 1))
+        except (TypeError, ValueError):
+            sizes.append(1)
+    return sizes[0], sizes[1]
+
+
+def _co_resident(flags: FrameworkFlags) -> tuple[CoResident, ...]:
+    """The reference model and the critic beside the actor, and what of them is on the GPU while
+    the actor trains: nothing, in both cases (slime's source, below)."""
+    tp, pp = _layout(flags)
+    terms = []
+    if flags.given("--ref-load"):
+        # slime/backends/megatron_utils/actor.py:133 loads --ref-load into a pinned CPU backup
+        # (slime/utils/tensor_backper.py:61 torch.empty_like(..., device=cpu, pin_memory=True));
+        # actor.py:435-438 swaps it into the actor's own parameters for the reference log-probs
+        # before the actor's update, so no second copy is on the GPU while it trains.
+        terms.append(CoResident("slime reference model", tp, pp, weights=False,
+                                source="slime/utils/tensor_backper.py:61, slime/backends/megatron_utils/actor.py:133,"
+                                       "435-438", location="--ref-load"))
+    if flags.value("--advantage-estimator") == "ppo":
+        # slime/utils/arguments.py:1909 use_critic = advantage_estimator == "ppo"; :1911-1912 puts the critic on the actor's GPUs and :1961-1962 forces
+        # --offload-train with it, so each model's training state is released while the other trains.
+        terms.append(CoResident("slime critic", tp, pp, weights=False,
+                                source="slime/utils/arguments.py:1909-1912,1961-1962 (--offload-train forced)",
+                                location="--advantage-estimator ppo"))
+    return tuple(terms)
 
 
 def _adapt(flags: FrameworkFlags) -> Adaptation:
@@ -85,13 +119,15 @@ def _adapt(flags: FrameworkFlags) -> Adaptation:
                         "context already in the overheads")
     else:
         said.append("slime: the rollout engines run on GPUs of their own (--rollout-num-gpus), not estimated")
+    beside = _co_resident(flags)
     unknown = tuple((flag, "the world size") for flag, value in
                     (("--actor-num-nodes", nodes), ("--actor-num-gpus-per-node", per_node)) if value is UNKNOWN)
     if flags.value("--use-dynamic-batch-size", False) and flags.value("--max-tokens-per-gpu") is UNKNOWN:
         unknown += (("--max-tokens-per-gpu", "the tokens of a micro batch"),)
     return Adaptation(world_size=nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None,
                       world_size_source="--actor-num-nodes x --actor-num-gpus-per-node (slime)",
-                      settings=settings, assumptions=tuple(said), unknown=unknown)
+                      settings=settings, assumptions=tuple(said), unknown=unknown,
+                      co_resident=beside)
 
 
 FRAMEWORK = Framework(

@@ -32,7 +32,7 @@ Facts, from NVIDIA-NeMo/RL (commit 7ea279ab):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from megatron_estimator.core.problems import Problem
@@ -334,16 +334,23 @@ def map_nemo_rl(tree: dict, locate: Callable[[str], str], source: str, release: 
     notes.append(f"NeMo-RL empty_unused_memory_level {level}: torch.cuda.empty_cache() after the forward-backward "
                  "pass (>= 1) and after the optimizer step (>= 2) (nemo_rl/models/policy/workers/"
                  "megatron_policy_worker.py train); the estimate counts what is allocated, not what is cached")
-    kl = get(tree, "loss_fn.reference_policy_kl_penalty", 0)
-    if kl:
-        notes.append(f"NeMo-RL reference model (reference_policy_kl_penalty {kl}): its weights are kept on the CPU "
-                     f"while the actor trains ({_SETUP} setup_reference_model_state); none counted on the GPU")
+    beside: tuple = ()
+    if get(tree, "loss_fn.reference_policy_kl_penalty", 0):
+        from megatron_estimator.inputs.co_resident import CoResident
+
+        # setup.py:2039 setup_reference_model_state keeps the reference weights as a CPU state dict
+        # (:2168 reference_state_dict[name] = cpu_item), swapped in only for the reference log-probs.
+        beside = (CoResident("NeMo-RL reference model", get(tree, m + "tensor_model_parallel_size", 1) or 1,
+                             get(tree, m + "pipeline_model_parallel_size", 1) or 1, weights=False,
+                             source=f"{_SETUP}:2039,2168 (a CPU state dict)",
+                             location=locate("loss_fn.reference_policy_kl_penalty")),)
     colocated = get(tree, "policy.generation.colocated.enabled", True)
     backend = get(tree, "policy.generation.backend")
     if backend == "vllm" and colocated:
         notes.append("NeMo-RL colocated vLLM: the engine sleeps while training runs (llm.sleep(level=1), "
-                     "nemo_rl/models/generation/vllm/vllm_worker.py: weights offloaded to the CPU, KV cache "
-                     "freed); counted as nothing beyond the CUDA context already in the overheads")
+                     "nemo_rl/models/generation/vllm/vllm_worker.py:1286-1309: weights offloaded to the CPU, KV "
+                     "cache freed); what vLLM keeps asleep (its CUDA graphs' pool, its own CUDA context) is not "
+                     "counted beyond the CUDA context already in the overheads")
     elif backend is not None and colocated and backend != "megatron":
         notes.append(f"NeMo-RL colocated {backend} generation: what it keeps on the GPU while training runs "
                      "is not modelled; lower the budget by it")
@@ -362,5 +369,5 @@ def map_nemo_rl(tree: dict, locate: Callable[[str], str], source: str, release: 
         source_words += " (NeMo-RL nemo_rl/algorithms/grpo.py setup)"
     model_raw, model_problems, model_notes = model_settings(get(tree, "policy.model_name"),
                                                             locate("policy.model_name"), release)
-    return TreeReading(s.raw(model_raw, model_problems), tuple(s.problems) + model_problems, world, source_words,
-                       tuple(notes) + model_notes)
+    raw = replace(s.raw(model_raw, model_problems), co_resident=beside)
+    return TreeReading(raw, tuple(s.problems) + model_problems, world, source_words, tuple(notes) + model_notes)

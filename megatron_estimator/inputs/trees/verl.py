@@ -28,14 +28,60 @@ Facts, from volcengine/verl (commit b178a3cd):
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from megatron_estimator.core.problems import Problem
+from megatron_estimator.inputs.co_resident import CoResident
 from megatron_estimator.inputs.trees.common import extra_problem, override_locator, first_line
 from megatron_estimator.inputs.trees.nemo_rl import Settings, TreeError, TreeReading, _integer, get, model_settings
 
 _ENGINE = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
            "expert_model_parallel_size", "expert_tensor_parallel_size")
+
+
+_WORKERS = "verl/workers/megatron_workers.py"
+
+
+def _layout(tree: dict, prefix: str, actor: str) -> tuple[int, int]:
+    """(tp, pp) of a model's ``megatron.*`` block, the actor's where it sets none."""
+    sizes = []
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+        value = get(tree, prefix + key, get(tree, actor + key, 1))
+        sizes.append(value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1)
+    return sizes[0], sizes[1]
+
+
+def _co_resident(tree: dict, locate: Callable[[str], str], actor: str) -> tuple[CoResident, ...]:
+    """The reference model and the critic beside the actor on its GPUs (the hybrid engine colocates
+    them, verl/trainer/main_ppo.py), and what of each stays on the GPU while the actor trains."""
+    terms = []
+    # verl/trainer/ppo/utils.py:72-76 need_reference_policy: use_kl_in_reward or use_kl_loss.
+    if get(tree, "algorithm.use_kl_in_reward", False) or get(tree, "actor_rollout_ref.actor.use_kl_loss", False):
+        ref = "actor_rollout_ref.ref.megatron."
+        offload = bool(get(tree, ref + "param_offload", False))
+        tp, pp = _layout(tree, ref, actor)
+        # megatron_workers.py:374 reads ref.megatron.param_offload; :637-638 (after building) and
+        # :855-856 (after compute_ref_log_prob) move the frozen reference weights to the CPU.
+        terms.append(CoResident("verl reference model", tp, pp, weights=not offload,
+                                source=f"{_WORKERS}:374,637-638,855-856 ref.megatron.param_offload {offload}",
+                                location=locate(ref + "param_offload")))
+    # verl/trainer/ppo/utils.py:86-92 need_critic: critic.enable, else adv_estimator gae.
+    enable = get(tree, "critic.enable")
+    if (bool(enable) if enable is not None else get(tree, "algorithm.adv_estimator") == "gae") \
+            and get(tree, "critic.strategy", "megatron") == "megatron":
+        c = "critic.megatron."
+        params, optim = bool(get(tree, c + "param_offload", False)), bool(get(tree, c + "optimizer_offload", False))
+        tp, pp = _layout(tree, c, actor)
+        # megatron_workers.py:1043-1044 and :1175-1178 / :1253-1256: after building and after each
+        # update the critic's params and grad buffers (param_offload, verl/utils/megatron_utils.py:411
+        # offload_megatron_model_to_cpu) and its optimizer states (optimizer_offload) go to the CPU.
+        terms.append(CoResident("verl critic", tp, pp, weights=not params, gradients=not params,
+                                optimizer=not optim,
+                                source=f"{_WORKERS}:1043-1044,1175-1178,1253-1256 critic.megatron.param_offload "
+                                       f"{params}, optimizer_offload {optim}",
+                                location=locate(c + "param_offload")))
+    return tuple(terms)
 
 
 def compose(config_dir: str, config_name: str, overrides: Sequence[str], where: str) -> dict:
@@ -146,29 +192,24 @@ def map_verl(tree: dict, locate: Callable[[str], str], source: str, release: str
         if get(tree, m + what, False):
             notes.append(f"verl {what}: moved to the CPU between phases and loaded back for the update "
                          "(verl/workers/megatron_workers.py), so counted on the GPU while training runs")
-    ref_needed = get(tree, actor + "use_kl_loss", False) or get(tree, "algorithm.use_kl_in_reward", False)
-    if ref_needed:
-        if get(tree, "actor_rollout_ref.ref.megatron.param_offload", False):
-            notes.append("verl reference model: param_offload keeps its weights on the CPU while the actor trains")
-        else:
-            notes.append("verl reference model (use_kl_loss / use_kl_in_reward): its weights, sharded as the "
-                         "actor's, stay on the GPU while the actor trains (ref.megatron.param_offload false); "
-                         "NOT counted here: lower the budget by one copy of the actor's weights per GPU")
-    if get(tree, "algorithm.adv_estimator") == "gae":
-        notes.append("verl critic (algorithm.adv_estimator gae): a second Megatron model on the same GPUs; "
-                     "NOT counted here unless critic.megatron offloads it")
-    if get(tree, "actor_rollout_ref.rollout.free_cache_engine", False):
-        notes.append("verl rollout free_cache_engine: the rollout engine releases its weights and KV cache before "
-                     "training runs (verl/workers/rollout); counted as nothing beyond the CUDA context")
+    beside = _co_resident(tree, locate, m)
+    rollout = "actor_rollout_ref.rollout."
+    if get(tree, rollout + "free_cache_engine", True):     # verl/workers/config/rollout.py:161 default True
+        notes.append("verl rollout free_cache_engine: before the actor trains the hybrid engine sleeps at level 2 "
+                     "(verl/workers/rollout/vllm_rollout/vllm_async_server.py:563-571: weights and KV cache "
+                     "discarded; megatron_workers.py:714,734 resume them for the next rollout); what vLLM keeps "
+                     "asleep (its CUDA graphs' pool, its own CUDA context) is not counted beyond the CUDA context "
+                     "already in the overheads")
     else:
-        frac = get(tree, "actor_rollout_ref.rollout.gpu_memory_utilization")
-        notes.append(f"verl rollout without free_cache_engine: the engine keeps its gpu_memory_utilization {frac} "
-                     "share of each GPU while training runs; NOT counted here: lower the budget by it")
+        frac = get(tree, rollout + "gpu_memory_utilization")
+        notes.append(f"verl rollout without free_cache_engine (vllm_async_server.py:563-564 returns without "
+                     f"sleeping): the engine keeps its gpu_memory_utilization {frac} share of each GPU while "
+                     "training runs; NOT counted here: lower the budget by it")
     nodes, per_node = get(tree, "trainer.nnodes"), get(tree, "trainer.n_gpus_per_node")
     world = words = None
     if isinstance(nodes, int) and isinstance(per_node, int):
         world, words = nodes * per_node, f"trainer.nnodes x trainer.n_gpus_per_node = {nodes} x {per_node} (verl)"
     model_raw, model_problems, model_notes = model_settings(get(tree, "actor_rollout_ref.model.path"),
                                                             locate("actor_rollout_ref.model.path"), release)
-    return TreeReading(s.raw(model_raw, model_problems), tuple(s.problems) + model_problems, world, words,
-                       tuple(notes) + model_notes)
+    raw = replace(s.raw(model_raw, model_problems), co_resident=beside)
+    return TreeReading(raw, tuple(s.problems) + model_problems, world, words, tuple(notes) + model_notes)
