@@ -492,7 +492,8 @@ def _run_case(case: dict) -> dict:
                             "build": f"not run: {_first_line(err)}"}
                 raise
             except Exception as err:  # noqa: BLE001 - the CPU harness could not build
-                if _where(err).startswith("megatron/core/parallel_state.py:"):
+                if _where(err).startswith("megatron/core/parallel_state.py:") and \
+                        isinstance(err, (RuntimeError, ZeroDivisionError, AssertionError)):
                     # initialize_model_parallel's own arithmetic (RuntimeError for a world size
                     # that etp x ep x pp does not divide, ZeroDivisionError for a size 0): the
                     # job stops there on every GPU machine too

@@ -52,6 +52,29 @@ CASES = [
     (ITERS + " --ckpt-format fsdp_dtensor", "0.14.0", "ckpt-format-conflict", "--ckpt-format"),
     (ITERS + " --use-torch-fsdp2 --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights"
      " --ckpt-format torch_dcp --tensor-model-parallel-size 2", "main", "ckpt-format-conflict", "--ckpt-format"),
+    # arguments.py under --save (core_v0.14.0 779-783, d98e8a64 1361-1366): 30 % 20 = 10 refused
+    (ITERS + " --save x --save-interval 20 --save-retain-interval 30", "main", "save-retain-interval",
+     "--save-retain-interval"),
+    (ITERS + " --save x --save-interval 20 --save-retain-interval 40", "main", None, None),
+    (ITERS + " --save-retain-interval 3", "main", None, None),            # no --save: not checked
+    # weight-decay schedule (core_v0.14.0 795-802, d98e8a64 1393-1400)
+    (ITERS + " --end-weight-decay 0.1", "main", "weight-decay-schedule", "--end-weight-decay"),
+    (ITERS + " --weight-decay-incr-style linear --start-weight-decay 0.0", "main", "weight-decay-schedule",
+     "--weight-decay-incr-style"),
+    (ITERS + " --weight-decay-incr-style linear --start-weight-decay 0.0 --end-weight-decay 0.1", "main", None, None),
+    # arguments.py line 1258 (core_v0.14.0 681)
+    (ITERS + " --num-dataset-builder-threads 0", "main", "out-of-range", "--num-dataset-builder-threads"),
+    # parallel_state.py (core_v0.14.0 719-723, d98e8a64 898-902): tp-cp-ep-pp-dp order with pp 2:
+    # etp 2 x ep 2 = 4 != tp 2 x cp 1 = 2 -> expert DP 8/(2*2*2) = 1 vs DP 8/(2*2) = 2
+    (ITERS + " --use-tp-pp-dp-mapping --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2"
+     " --sequence-parallel --num-experts 8 --expert-model-parallel-size 2", "main", "tp-pp-dp-mapping-expert-dp",
+     "--use-tp-pp-dp-mapping"),
+    (ITERS + " --use-tp-pp-dp-mapping --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2"
+     " --sequence-parallel --num-experts 8 --expert-model-parallel-size 2 --expert-tensor-parallel-size 1",
+     "main", None, None),
+    # experimental_attention_variant_module_specs.py asserts the TE spec (d98e8a64 line 498)
+    (ITERS + " --experimental-attention-variant gated_delta_net --linear-attention-freq 2"
+     " --transformer-impl local", "main", "experimental-attention-needs-te", "--transformer-impl"),
     # MLA sizes are read only under --multi-latent-attention (argument_utils.py builds
     # MLATransformerConfig only then)  -- coverage case main#1582: --kv-lora-rank 0 on a GQA model
     (ITERS + " --kv-lora-rank 0", "main", None, None),

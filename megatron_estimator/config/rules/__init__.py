@@ -30,6 +30,7 @@ from megatron_estimator.config.rules.environment import device_connections  # no
 
 RULES: list[Rule] = [
     layout.parallel_product,
+    layout.tp_pp_dp_mapping_expert_dp,
     attention.attention_heads,
     layout.sequence_length,
     training.batch_sizes,

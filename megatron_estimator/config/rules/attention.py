@@ -210,6 +210,14 @@ def attention_variants(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
     if mla and ns.get("cache_mla_latents") and ns.get("apply_rope_fusion", True):
         yield Problem("mla-rope-conflict", raw.location("cache_mla_latents"),
                       "--cache-mla-latents needs --no-rope-fusion")
+    # megatron/core/models/gpt/experimental_attention_variant_module_specs.py
+    # _get_backend_spec_provider asserts the TE spec (core_v0.16.1 line 356, d98e8a64 line 498;
+    # 0.16.x-main, the releases with --experimental-attention-variant)
+    if ns.get("experimental_attention_variant") and (ns.get("transformer_impl") or "transformer_engine") != \
+            "transformer_engine":
+        yield Problem("experimental-attention-needs-te", raw.location("transformer_impl"),
+                      f"--experimental-attention-variant {ns.get('experimental_attention_variant')} needs "
+                      "--transformer-impl transformer_engine")
     layers = _int(ns.get("num_layers"))
     types = ns.get("cp_comm_type")
     if _size(ns, "context_parallel_size") > 1 and isinstance(types, (list, tuple)) and len(types) > 1 \
