@@ -19,7 +19,9 @@ writes one JSON line per case: {"outcome": "accept"|"refuse", "stage": S, "error
 Any exception before the build is Megatron refusing (argparse's SystemExit, the asserts and
 ValueErrors of validate_args and __post_init__).  At the build stage, an exception that comes
 from the CPU harness itself (no CUDA, no Transformer Engine, no apex) is not Megatron refusing:
-the case is recorded as accepted with "build": "not run: ..." and the reason.  What a GPU
+the case is recorded as accepted with "build": "not run: ..." and the reason; but an error that
+initialize_model_parallel raises itself (RuntimeError, ZeroDivisionError, its asserts: sizes that
+do not divide the world) is Megatron refusing.  What a GPU
 machine has and this one does not is stood in for, each named in "build": without Transformer
 Engine a --transformer-impl transformer_engine case builds the local spec, whose attention is
 built with CP 1 (TE's does context parallelism); without apex the torch norm neither persists
