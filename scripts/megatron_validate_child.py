@@ -19,7 +19,9 @@ writes one JSON line per case: {"outcome": "accept"|"refuse", "stage": S, "error
 Any exception before the build is Megatron refusing (argparse's SystemExit, the asserts and
 ValueErrors of validate_args and __post_init__).  At the build stage, an exception that comes
 from the CPU harness itself (no CUDA, no Transformer Engine, no apex) is not Megatron refusing:
-the case is recorded as accepted with "build": "not run: ..." and the reason.  What a GPU
+the case is recorded as accepted with "build": "not run: ..." and the reason; but an error that
+initialize_model_parallel raises itself (RuntimeError, ZeroDivisionError, its asserts: sizes that
+do not divide the world) is Megatron refusing.  What a GPU
 machine has and this one does not is stood in for, each named in "build": without Transformer
 Engine a --transformer-impl transformer_engine case builds the local spec, whose attention is
 built with CP 1 (TE's does context parallelism); without apex the torch norm neither persists
@@ -145,6 +147,10 @@ def _where(err: BaseException) -> str:
 
 
 def _padded_vocab(args) -> int:
+    # --padded-vocab-size is used as given (megatron/core/tokenizers/utils/build_tokenizer.py
+    # _set_padded_vocab_size pads only when it is None; d98e8a64 lines 149-152)
+    if args.padded_vocab_size is not None:
+        return args.padded_vocab_size
     size = args.vocab_size or 50257
     multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size
     return int(math.ceil(size / multiple) * multiple)
@@ -265,6 +271,11 @@ def _build(args, config, world: int) -> str:
                 except REFUSALS as err:
                     # the local spec's explicit MLA q/kv norms, which TE's spec fuses into its
                     # linear layers (megatron/core/transformer/mla_qk_norm_config.py)
+                    # and the experimental attention variants' decoder spec, which asserts TE
+                    # (megatron/core/models/gpt/experimental_attention_variant_module_specs.py,
+                    # d98e8a64 line 498): a GPU machine with TE builds it
+                    if stand_in_for_te and "experimental_attention_variant_module_specs.py" in _where(err):
+                        raise HarnessLimit(f"{_first_line(err)} (the local spec standing in for TE)") from err
                     if stand_in_for_te and "mla_qk_norm_config.py" in _where(err):
                         raise HarnessLimit(f"{_first_line(err)} (the local spec standing in for TE)") from err
                     raise
@@ -483,6 +494,13 @@ def _run_case(case: dict) -> dict:
                             "build": f"not run: {_first_line(err)}"}
                 raise
             except Exception as err:  # noqa: BLE001 - the CPU harness could not build
+                if _where(err).startswith("megatron/core/parallel_state.py:") and \
+                        isinstance(err, (RuntimeError, ZeroDivisionError, AssertionError)):
+                    # initialize_model_parallel's own arithmetic (RuntimeError for a world size
+                    # that etp x ep x pp does not divide, ZeroDivisionError for a size 0): the
+                    # job stops there on every GPU machine too
+                    return {"outcome": "refuse", "stage": "build", "where": _where(err),
+                            "error": f"{_first_line(err)} ({_where(err)})"}
                 return {"outcome": "accept", "stage": "none", "error": "",
                         "build": f"not run: {_first_line(err)} at {_where(err)}"}
         return {"outcome": "accept", "stage": "none", "error": "", "build": how}

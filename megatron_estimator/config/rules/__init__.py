@@ -30,6 +30,7 @@ from megatron_estimator.config.rules.environment import device_connections  # no
 
 RULES: list[Rule] = [
     layout.parallel_product,
+    layout.tp_pp_dp_mapping_expert_dp,
     attention.attention_heads,
     layout.sequence_length,
     training.batch_sizes,
@@ -41,6 +42,7 @@ RULES: list[Rule] = [
     precision.optimizer_and_precision,
     layout.distributed_optimizer_instances,
     layout.tp_comm_overlap_needs_sp,
+    attention.mla_sizes,
     attention.mla_with_gqa,
     attention.mtp_position_embedding,
     attention.attention_backend_local,
@@ -83,6 +85,8 @@ RULES: list[Rule] = [
     attention.local_attention_context_parallel,
     fsdp.torch_fsdp2,
     fsdp.megatron_fsdp_pipeline,
+    fsdp.fsdp_manual_registration,
+    fsdp.checkpoint_format,
     cuda_graphs.full_iteration_graph_nan_check,
     layout.cp_a2a_p2p_hierarchy,
     layout.ffn_hidden_size_vs_tp,

@@ -54,6 +54,24 @@ def attention_heads(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: Ru
                       "(megatron/core/transformer/attention.py splits heads per group)")
 
 
+# The MLA projections' sizes; Megatron reads them only under --multi-latent-attention
+# (megatron/training/argument_utils.py builds MLATransformerConfig only then), so without MLA any
+# value is accepted (coverage case main#1582: --kv-lora-rank 0 on a GQA model).
+MLA_SIZES = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "v_head_dim")
+
+
+def mla_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # Megatron has no check: with MLA a size 0 builds an empty projection
+    # (megatron/core/transformer/multi_latent_attention.py); the estimator needs each >= 1.
+    if not ns.get("multi_latent_attention"):
+        return
+    for dest in MLA_SIZES:
+        value = ns.get(dest)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            yield Problem("out-of-range", raw.location(dest),
+                          f"{value} is out of range: must be >= 1 (with --multi-latent-attention)")
+
+
 def mla_with_gqa(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
     # arguments.py validate_args (d98e8a64 line 1974), from dd546099fa (0.16.1; megatron_behaviour.tsv)
     if ns.get("multi_latent_attention") and ns.get("group_query_attention") \
@@ -192,6 +210,14 @@ def attention_variants(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run:
     if mla and ns.get("cache_mla_latents") and ns.get("apply_rope_fusion", True):
         yield Problem("mla-rope-conflict", raw.location("cache_mla_latents"),
                       "--cache-mla-latents needs --no-rope-fusion")
+    # megatron/core/models/gpt/experimental_attention_variant_module_specs.py
+    # _get_backend_spec_provider asserts the TE spec (core_v0.16.1 line 356, d98e8a64 line 498;
+    # 0.16.x-main, the releases with --experimental-attention-variant)
+    if ns.get("experimental_attention_variant") and (ns.get("transformer_impl") or "transformer_engine") != \
+            "transformer_engine":
+        yield Problem("experimental-attention-needs-te", raw.location("transformer_impl"),
+                      f"--experimental-attention-variant {ns.get('experimental_attention_variant')} needs "
+                      "--transformer-impl transformer_engine")
     layers = _int(ns.get("num_layers"))
     types = ns.get("cp_comm_type")
     if _size(ns, "context_parallel_size") > 1 and isinstance(types, (list, tuple)) and len(types) > 1 \

@@ -57,3 +57,30 @@ def megatron_fsdp_pipeline(ns: Namespace, raw: RawArgs, env: Mapping[str, str], 
                       f"--use-megatron-fsdp does not support pipeline parallelism (pp {pp}): Megatron-FSDP's "
                       "device mesh has no pipeline dimension and the model wrap fails "
                       "(megatron/core/distributed/fsdp/mcore_fsdp_adapter.py)")
+
+
+def fsdp_manual_registration(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args `if args.fsdp_manual_registration:`
+    # (core_v0.16.1 lines 693-695, d98e8a64 lines 1189-1191; the flag exists from 0.16.x)
+    if not ns.get("fsdp_manual_registration"):
+        return
+    for dest, what in (("use_megatron_fsdp", "--use-megatron-fsdp"), ("nccl_ub", "--use-nccl-ub")):
+        if not ns.get(dest):
+            yield Problem("fsdp-manual-registration", raw.location("fsdp_manual_registration"),
+                          f"--fsdp-manual-registration needs {what}")
+
+
+def checkpoint_format(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/training/arguments.py validate_args, the torch_dcp and fsdp_dtensor checkpoint
+    # format checks (core_v0.14.0 lines 969-978, d98e8a64 lines 1667-1677; every release 0.14.0-main)
+    fmt = ns.get("ckpt_format")
+    where = raw.location("ckpt_format")
+    if fmt == "torch_dcp":
+        for refused, what in ((not ns.get("use_torch_fsdp2"), "needs --use-torch-fsdp2"),
+                              (_size(ns, "tensor_model_parallel_size") > 1, "is not supported with tensor parallelism"),
+                              (_size(ns, "pipeline_model_parallel_size") > 1,
+                               "is not supported with pipeline parallelism")):
+            if refused:
+                yield Problem("ckpt-format-conflict", where, f"--ckpt-format torch_dcp {what}")
+    elif fmt == "fsdp_dtensor" and not ns.get("use_megatron_fsdp"):
+        yield Problem("ckpt-format-conflict", where, "--ckpt-format fsdp_dtensor needs --use-megatron-fsdp")

@@ -145,3 +145,20 @@ def hybrid_cp_with_pp(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: 
     if ns.get("hybrid_context_parallel") and ns.get("pipeline_model_parallel_size", 1) > 1:
         yield Problem("hybrid-cp-with-pp", raw.location("hybrid_context_parallel"),
                       "hybrid context parallelism does not support pipeline parallelism")
+
+
+def tp_pp_dp_mapping_expert_dp(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
+    # megatron/core/parallel_state.py initialize_model_parallel (core_v0.14.0 lines 719-723,
+    # d98e8a64 lines 898-902; every release 0.14.0-main): an order that does not end in pp
+    # (--use-tp-pp-dp-mapping: tp-cp-ep-pp-dp) with pp > 1 asserts expert DP == DP, i.e. with
+    # the same pp: etp x ep == tp x cp.
+    if not ns.get("use_tp_pp_dp_mapping") or _size(ns, "pipeline_model_parallel_size") == 1:
+        return
+    tp, cp, ep = (_size(ns, d) for d in ("tensor_model_parallel_size", "context_parallel_size",
+                                         "expert_model_parallel_size"))
+    etp = _int(ns.get("expert_tensor_parallel_size")) or tp
+    if etp * ep != tp * cp:
+        yield Problem("tp-pp-dp-mapping-expert-dp", raw.location("use_tp_pp_dp_mapping"),
+                      f"--use-tp-pp-dp-mapping with pipeline parallelism needs the expert layers' data-parallel "
+                      f"size to equal the attention layers': etp({etp}) x ep({ep}) = {etp * ep} must equal "
+                      f"tp({tp}) x cp({cp}) = {tp * cp} (megatron/core/parallel_state.py)")

@@ -27,6 +27,21 @@ def optimizer_and_precision(ns: Namespace, raw: RawArgs, env: Mapping[str, str],
         if not ns.get("overlap_grad_reduce"):
             yield Problem("overlap-param-gather-needs-grad-reduce", raw.location("overlap_param_gather"),
                           "--overlap-param-gather needs --overlap-grad-reduce")
+    # arguments.py validate_args `if args.overlap_param_gather_with_optimizer_step:` (core_v0.14.0
+    # lines 595-603, d98e8a64 lines 1066-1074; every release 0.14.0-main); use_dist_ckpt is
+    # --ckpt-format other than torch (megatron/training/utils common_utils.py update_use_dist_ckpt).
+    if ns.get("overlap_param_gather_with_optimizer_step"):
+        for refused, what in ((not ns.get("use_distributed_optimizer"), "needs --use-distributed-optimizer"),
+                              (not ns.get("overlap_param_gather"), "needs --overlap-param-gather"),
+                              (not ns.get("virtual_pipeline_model_parallel_size"),
+                               "needs the interleaved pipeline schedule (--num-layers-per-virtual-pipeline-stage "
+                               "or --num-virtual-stages-per-pipeline-rank)"),
+                              ((ns.get("ckpt_format") or "torch_dist") != "torch",
+                               "is not supported with distributed checkpointing (it needs --ckpt-format torch)")):
+            if refused:
+                yield Problem("overlap-param-gather-with-optimizer-step", raw.location(
+                    "overlap_param_gather_with_optimizer_step"), f"--overlap-param-gather-with-optimizer-step {what}")
+                break           # Megatron stops at the first assert
     if ns.get("fp8_param_gather") and not (ns.get("use_distributed_optimizer") or ns.get("use_megatron_fsdp")
                                            or ns.get("use_torch_fsdp2")):
         yield Problem("fp8-param-gather-needs-dist-opt", raw.location("fp8_param_gather"),

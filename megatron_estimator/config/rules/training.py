@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 from megatron_estimator.config.run_context import RunContext
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.rawargs import RawArgs
-from megatron_estimator.config.rules._common import Namespace, _flag, _ints, _release_said, release_behaviour
+from megatron_estimator.config.rules._common import Namespace, _flag, _int, _ints, _release_said, release_behaviour
 
 
 def batch_sizes(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
@@ -46,15 +46,62 @@ def training_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: 
     lr, min_lr = ns.get("lr"), ns.get("min_lr")
     if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
         yield Problem("min-lr-exceeds-lr", raw.location("min_lr"), f"--min-lr {min_lr} exceeds --lr {lr}")
-    if ns.get("train_iters") and ns.get("train_samples"):
+    # arguments.py validate_args asserts iteration- or sample-based training (d98e8a64 lines
+    # 1276-1295; core_v0.14.0 lines 696-715); from 0.17.0 not under --skip-train (29e798a48d).
+    skip = ns.get("skip_train") and release_behaviour("iters_samples_checked_under_skip_train", run) == "0"
+    if ns.get("train_iters") and ns.get("train_samples") and not skip:
         yield Problem("iters-and-samples", raw.location("train_samples"),
                       "--train-iters and --train-samples cannot both be set")
+    if not skip:
+        yield from _schedule_units(ns, raw)
     if ns.get("save") is not None and not ns.get("save_interval"):
         yield Problem("save-needs-interval", raw.location("save"), "--save needs a positive --save-interval")
+    # arguments.py validate_args: under --save (core_v0.14.0 lines 779-783, d98e8a64 1361-1366)
+    retain, interval = _int(ns.get("save_retain_interval")), _int(ns.get("save_interval"))
+    if ns.get("save") is not None and retain is not None and interval and interval > 0 \
+            and (retain <= 0 or retain % interval):
+        yield Problem("save-retain-interval", raw.location("save_retain_interval"),
+                      f"--save-retain-interval {retain} must be a positive multiple of --save-interval {interval}")
+    # the weight-decay schedule (core_v0.14.0 lines 795-802, d98e8a64 1393-1400): constant takes
+    # --weight-decay alone; linear / cosine need both ends
+    style = ns.get("weight_decay_incr_style") or "constant"
+    for dest in ("start_weight_decay", "end_weight_decay"):
+        if (ns.get(dest) is None) != (style == "constant"):
+            yield Problem("weight-decay-schedule", raw.location(dest if style == "constant" else "weight_decay_incr_style"),
+                          f"{_flag(dest)} cannot be used with --weight-decay-incr-style constant" if style == "constant"
+                          else f"--weight-decay-incr-style {style} needs {_flag(dest)}")
+    # the dataset builder (core_v0.14.0 line 681, d98e8a64 line 1258)
+    threads = _int(ns.get("num_dataset_builder_threads"))
+    if threads is not None and threads <= 0:
+        yield Problem("out-of-range", raw.location("num_dataset_builder_threads"),
+                      f"{threads} is out of range: must be >= 1")
     sources = [d for d in ("mock_data", "data_path") if ns.get(d)]
     if len(sources) > 1:
         yield Problem("multiple-data-sources", raw.location("mock_data"),
                       "--mock-data and --data-path cannot both be set")
+
+
+# arguments.py validate_args: with iteration-based training (--train-iters) the learning-rate
+# schedule is in iterations, with sample-based (--train-samples) in samples (core_v0.14.0 lines
+# 696-724, d98e8a64 lines 1276-1302; 0.17.0 on, not under --skip-train: see training_schedule).
+_ITERATION_BASED = (("lr_decay_samples", "expected iteration-based learning rate decay"),
+                    ("lr_warmup_samples", "expected iteration-based learning rate warmup"))
+_SAMPLE_BASED = (("lr_decay_iters", "expected sample-based learning rate decay"),
+                 ("lr_warmup_iters", "expected sample-based learning rate warmup"))
+
+
+def _schedule_units(ns: Namespace, raw: RawArgs) -> Iterator[Problem]:
+    for based, wrong, warmup in (("train_iters", _ITERATION_BASED, "lr_warmup_iters"),
+                                 ("train_samples", _SAMPLE_BASED, "lr_warmup_samples")):
+        if not ns.get(based):
+            continue
+        for dest, why in wrong:
+            if ns.get(dest):        # lr_decay_* default None, lr_warmup_* default 0
+                yield Problem("schedule-units", raw.location(dest),
+                              f"{_flag(dest)} cannot be used with {_flag(based)}: {why}")
+        if ns.get("lr_warmup_fraction") is not None and ns.get(warmup):
+            yield Problem("schedule-units", raw.location(warmup),
+                          f"--lr-warmup-fraction and {_flag(warmup)} cannot both be set")
 
 
 def step_batch_size_schedule(ns: Namespace, raw: RawArgs, env: Mapping[str, str], run: RunContext) -> Iterator[Problem]:
