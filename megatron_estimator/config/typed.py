@@ -11,6 +11,7 @@ job's environment, a resume) is ``run`` (config/run_context.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 from megatron_estimator.config.derive import optimizer_sharding
@@ -238,17 +239,18 @@ class EstimatorConfig:
     given: frozenset = field(default=frozenset(), compare=False, repr=False)   # dests the user set
 
     def __hash__(self) -> int:
+        return self._hash_value
+
+    @cached_property
+    def _hash_value(self) -> int:
         # The memory model caches per configuration; hashing the nested dataclasses (the MoE
         # layer pattern, ...) on every lookup would cost more than the arithmetic, so the hash
-        # of this immutable object is computed once.
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash((self.model, self.parallel, self.split, self.training, self.precision,
-                           self.optimizer, self.kernels, self.offload, self.checkpoint,
-                           self.world_size_source, self.run, self.notes, self.not_modelled,
-                           self.distillation, self.co_resident))
-            object.__setattr__(self, "_hash", cached)
-        return cached
+        # of this immutable object is computed once (cached_property keeps it in the instance's
+        # __dict__, which a frozen dataclass allows).
+        return hash((self.model, self.parallel, self.split, self.training, self.precision,
+                     self.optimizer, self.kernels, self.offload, self.checkpoint,
+                     self.world_size_source, self.run, self.notes, self.not_modelled,
+                     self.distillation, self.co_resident))
 
 
 def with_distributed_optimizer(config: EstimatorConfig, do: bool) -> EstimatorConfig:

@@ -309,7 +309,7 @@ class _TrainingNotRead:
 
 
 TRAINING_NOT_READ = _TrainingNotRead()
-_STATES_CONFIGS: dict[EstimatorConfig, EstimatorConfig] = {}
+_STATES_CONFIGS: dict[EstimatorConfig, EstimatorConfig] = {}     # a configuration -> its states key
 _STATES_CONFIGS_MAX = 256
 
 
@@ -318,16 +318,14 @@ def states_config(config: EstimatorConfig) -> EstimatorConfig:
     object for equal ones: the model states and the parameter counts read the model, the
     parallel layout, precision, optimizer, kernels, offloading, checkpointing and the run, never
     the batch, the sequence or recompute (TrainingConfig), so configurations that differ only
-    there (the planner's and a sweep's batch sizes) share those figures.  Kept on ``config``."""
-    found = getattr(config, "_states_config", None)      # memoised on the (frozen) object
+    there (the planner's and a sweep's batch sizes) share those figures."""
+    found = _STATES_CONFIGS.get(config)
     if found is None:
         key = replace(config, training=TRAINING_NOT_READ)
-        found = _STATES_CONFIGS.get(key)
-        if found is None:
-            if len(_STATES_CONFIGS) >= _STATES_CONFIGS_MAX:
-                _STATES_CONFIGS.clear()
-            found = _STATES_CONFIGS[key] = key
-        object.__setattr__(config, "_states_config", found)
+        found = _STATES_CONFIGS.get(key, key)
+        if len(_STATES_CONFIGS) >= _STATES_CONFIGS_MAX:
+            _STATES_CONFIGS.clear()
+        _STATES_CONFIGS[key] = _STATES_CONFIGS[config] = found
     return found
 
 
