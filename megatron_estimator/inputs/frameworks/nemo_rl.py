@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, as_bash_expands, file_relative_default, word_at
+from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, file_relative_default
 from megatron_estimator.inputs.rawargs import RawArgs
 
 _CONFIG = "--config"
@@ -30,32 +30,10 @@ class _Launch:
 
     def __init__(self, argv: Sequence[str], locations: Sequence[str] | None, path: str | None,
                  base_dirs: Sequence[str]):
-        self.overrides: list[str] = []
-        self.override_at: list[str] = []
-        self.problems: list[Problem] = []
-        config = None
-        i = 0
-        while i < len(argv):
-            token = as_bash_expands(argv[i])        # what the launch's notices say bash would pass
-            option, eq, inline = token.partition("=")
-            if not token:
-                i += 1
-                continue
-            if option == _CONFIG:
-                config = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                i += 1 if eq else 2
-                continue
-            if token.startswith("-"):
-                self.problems.append(Problem("unknown-flag", word_at(argv, locations, i),
-                                             f"{option}: not a flag of NeMo-RL's example programs (--config, then "
-                                             "key.path=value overrides)"))
-            elif "=" in token or token.startswith("~"):
-                self.overrides.append(token)
-                self.override_at.append(word_at(argv, locations, i))
-            else:
-                self.problems.append(Problem("invalid-override", word_at(argv, locations, i),
-                                             f"{token!r}: NeMo-RL takes key.path=value overrides (Hydra's grammar)"))
-            i += 1
+        words = LaunchWords(argv, locations, {_CONFIG: "config"}, "NeMo-RL",
+                            "a flag of NeMo-RL's example programs (--config, then key.path=value overrides)")
+        self.overrides, self.override_at, self.problems = words.overrides, words.override_at, words.problems
+        config = words.values.get("config")
         self.file = self.missing = None
         self.how = f"--config {config}"
         if config is None:

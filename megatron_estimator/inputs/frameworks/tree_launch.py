@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Sequence
 
+from megatron_estimator.core.problems import Problem
 from megatron_estimator.core.resources import read_input_text
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead
 from megatron_estimator.inputs.rawargs import RawArgs
@@ -82,3 +83,37 @@ _UNSET = re.compile(r"\$\{[A-Za-z_]\w*\}|\$[A-Za-z_]\w*|\$\{@[^}]*\}|\$[@*]")
 def as_bash_expands(token: str) -> str:
     """``token`` with the variables the launch reader left unexpanded removed, as bash does."""
     return _UNSET.sub("", token)
+
+
+class LaunchWords:
+    """A tree-configured program's words: the values of its own options (``options``: option
+    string -> name), the key.path=value overrides that follow (with where each was written), and
+    one located problem per word that is neither (``framework`` and ``accepted`` word them)."""
+
+    def __init__(self, argv: Sequence[str], locations: Sequence[str] | None, options: dict[str, str],
+                 framework: str, accepted: str):
+        self.values: dict[str, str] = {}
+        self.overrides: list[str] = []
+        self.override_at: list[str] = []
+        self.problems: list[Problem] = []
+        i = 0
+        while i < len(argv):
+            token = as_bash_expands(argv[i])        # what the launch's notices say bash would pass
+            option, eq, inline = token.partition("=")
+            if not token:
+                i += 1
+                continue
+            if option in options:
+                self.values[options[option]] = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                i += 1 if eq else 2
+                continue
+            if token.startswith("-"):
+                self.problems.append(Problem("unknown-flag", word_at(argv, locations, i),
+                                             f"{option}: not {accepted}"))
+            elif "=" in token or token.startswith("~"):
+                self.overrides.append(token)
+                self.override_at.append(word_at(argv, locations, i))
+            else:
+                self.problems.append(Problem("invalid-override", word_at(argv, locations, i),
+                                             f"{token!r}: {framework} takes key.path=value overrides (Hydra's grammar)"))
+            i += 1

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import as_argv_read, as_bash_expands, hydra_main, word_at
+from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, hydra_main
 from megatron_estimator.inputs.rawargs import RawArgs
 
 # Hydra's own command-line options that take a value (hydra/_internal/utils.py get_args_parser).
@@ -52,33 +52,11 @@ class _Launch:
     """The launch's words as Hydra reads them, and the config file they name (or why not)."""
 
     def __init__(self, argv: Sequence[str], locations: Sequence[str] | None, path: str | None, where: str):
-        self.values: dict[str, str] = {}
-        self.overrides: list[str] = []
-        self.override_at: list[str] = []
-        self.problems: list[Problem] = []
-        i = 0
-        while i < len(argv):
-            token = as_bash_expands(argv[i])        # what the launch's notices say bash would pass
-            option, eq, inline = token.partition("=")
-            if not token:
-                i += 1
-                continue
-            if option in _VALUE:
-                value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                self.values[_VALUE[option]] = value
-                i += 1 if eq else 2
-                continue
-            if token.startswith("-"):
-                self.problems.append(Problem("unknown-flag", word_at(argv, locations, i),
-                                             f"{option}: not an option of verl's Hydra command line (--config-path, "
-                                             "--config-name, --config-dir, then key=value overrides)"))
-            elif "=" in token or token.startswith("~"):
-                self.overrides.append(token)
-                self.override_at.append(word_at(argv, locations, i))
-            else:
-                self.problems.append(Problem("invalid-override", word_at(argv, locations, i),
-                                             f"{token!r}: verl takes key.path=value overrides (Hydra's grammar)"))
-            i += 1
+        words = LaunchWords(argv, locations, _VALUE, "verl",
+                            "an option of verl's Hydra command line (--config-path, --config-name, "
+                            "--config-dir, then key=value overrides)")
+        self.values, self.overrides, self.override_at = words.values, words.overrides, words.override_at
+        self.problems = words.problems
         declared = hydra_main(path)
         folder = self.values.get("config_path") or (declared or (None, None))[0]
         name = self.values.get("config_name") or (declared or (None, None))[1]
