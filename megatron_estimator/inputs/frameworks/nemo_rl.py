@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Sequence
 
-from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, file_relative_default
+from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, config_not_found, file_relative_default
 from megatron_estimator.inputs.rawargs import RawArgs
 
 _CONFIG = "--config"
@@ -66,14 +65,11 @@ def _read_argv(argv, locations, entry, path, base_dirs, specs, release) -> ArgvR
         return ArgvRead(RawArgs({}, where), (missing,))
     launch = _Launch(argv, locations, path, base_dirs)
     if launch.file is None:
-        return ArgvRead(RawArgs({}, where), (*launch.problems, Problem("config-not-found", where,
-                                                                       f"NeMo-RL launch: {launch.missing}")))
+        return config_not_found(where, "NeMo-RL", launch.problems, launch.missing)
     reading = read_nemo_rl(launch.file, launch.overrides, release=release, overrides_at=launch.override_at)
     said = (f"NeMo-RL: {launch.file} ({launch.how}) with this launch's {len(launch.overrides)} override(s) "
             "(nemo_rl/utils/config.py load_config, parse_hydra_overrides)",)
-    read = as_argv_read(reading, where, said)
-    return ArgvRead(read.raw, (*launch.problems, *read.problems), read.assumptions, read.world_size,
-                    read.world_size_source)
+    return as_argv_read(reading, where, said, launch.problems)
 
 
 def _launch_skip(argv: Sequence[str], path: str | None, script: str, release: str = "main",

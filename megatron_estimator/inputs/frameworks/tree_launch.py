@@ -67,12 +67,19 @@ def word_at(argv: Sequence[str], locations: Sequence[str] | None, index: int) ->
     return argv[index].split("=", 1)[0]
 
 
-def as_argv_read(reading, where: str, said: tuple[str, ...]) -> ArgvRead:
-    """A ``TreeReading`` as the launch reader's ``ArgvRead``: the settings, problems, notes and the
-    config's own world size."""
+def as_argv_read(reading, where: str, said: tuple[str, ...], launch_problems: Sequence[Problem] = ()
+                 ) -> ArgvRead:
+    """A ``TreeReading`` as the launch reader's ``ArgvRead``: the launch's own word problems, then
+    the settings, problems, notes and the config's own world size."""
     raw = reading.raw if reading.raw.settings or reading.problems else RawArgs({}, where)
-    return ArgvRead(raw, tuple(reading.problems), said + tuple(reading.notes), reading.world_size,
+    return ArgvRead(raw, (*launch_problems, *reading.problems), said + tuple(reading.notes), reading.world_size,
                     reading.world_size_source)
+
+
+def config_not_found(where: str, framework: str, launch_problems: Sequence[Problem], missing: str) -> ArgvRead:
+    """The ``ArgvRead`` of a launch whose config file cannot be found: its word problems and why."""
+    return ArgvRead(RawArgs({}, where), (*launch_problems, Problem("config-not-found", where,
+                                                                   f"{framework} launch: {missing}")))
 
 
 # A variable the launch reader could not expand (it says so in a notice): bash expands an unset

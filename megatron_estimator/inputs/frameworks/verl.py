@@ -16,13 +16,14 @@ Facts from volcengine/verl b178a3cd: the Hydra programs in ``verl/trainer`` (``m
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Sequence
 
 from megatron_estimator.core.problems import Problem
 from megatron_estimator.inputs.frameworks.adapter import ArgvRead, Framework
-from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, hydra_main
+from megatron_estimator.inputs.frameworks.tree_launch import LaunchWords, as_argv_read, config_not_found, hydra_main
 from megatron_estimator.inputs.rawargs import RawArgs
 
 # Hydra's own command-line options that take a value (hydra/_internal/utils.py get_args_parser).
@@ -97,16 +98,14 @@ def _read_argv(argv, locations, entry, path, base_dirs, specs, release) -> ArgvR
         why = _sft_reason(program, launch.overrides) if program in _SFT else f"{_NOT_TRAINING[program]}, no training"
         return ArgvRead(RawArgs({}, where), (Problem("unsupported-stack", where, f"verl launch: {why}"),))
     if launch.file is None:
-        return ArgvRead(RawArgs({}, where), (*launch.problems, Problem("config-not-found", where,
-                                                                       f"verl launch: {launch.missing}")))
+        return config_not_found(where, "verl", launch.problems, launch.missing)
     reading = read_verl(launch.file, launch.overrides, release=release, overrides_at=launch.override_at)
     said = (f"verl: {launch.file} composed by Hydra with this launch's {len(launch.overrides)} override(s) "
             "(as verl's @hydra.main does)",)
-    read = as_argv_read(reading, where, said)
+    read = as_argv_read(reading, where, said, launch.problems)
     said = (f"verl: its Ray workers run with {', '.join(f'{k}={v}' for k, v in RUNTIME_ENV)} "
             "(verl/trainer/constants_ppo.py PPO_RAY_RUNTIME_ENV, main_ppo.py run_ppo)",)
-    return ArgvRead(read.raw, (*launch.problems, *read.problems), read.assumptions + said, read.world_size,
-                    read.world_size_source, RUNTIME_ENV)
+    return replace(read, assumptions=read.assumptions + said, environment=RUNTIME_ENV)
 
 
 def _launch_skip(argv: Sequence[str], path: str | None, script: str, release: str = "main",
